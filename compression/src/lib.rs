@@ -1,0 +1,293 @@
+//! The approved lossless codecs of the network protocol: `none`, `zstd` and
+//! `lz4`, applied to one sample (or one answer) at a time, never across
+//! samples.
+//!
+//! - [`SampleCodec`]: the codec interface; one implementation per module
+//!   ([`none`], [`zstd`], [`lz4`]).
+//! - [`CodecSpec`]: what an operator asks for (`none`, `zstd[:LEVEL]`,
+//!   `lz4`), parsed from the command line; [`CodecSpec::codec`] builds it.
+//! - [`decompress`]: decodes a payload of a given [`CodecKind`], bounded by a
+//!   maximum decoded size. A frame that declares or produces more than that is
+//!   refused before the memory for it is allocated, so a small payload can
+//!   never make its receiver allocate gigabytes (no decompression bombs).
+//! - [`policy`]: which benchmarks may compress their inputs.
+//! - [`wire`]: the mapping to and from the protocol's `proto::Codec`.
+
+use std::fmt;
+use std::str::FromStr;
+
+pub mod lz4;
+pub mod none;
+pub mod policy;
+pub mod wire;
+pub mod zstd;
+
+/// The compressed form of one sample's bytes, and back.
+///
+/// Implementations are stateless from the caller's view and may be shared
+/// between threads; each call handles one whole sample.
+pub trait SampleCodec: Send + Sync + fmt::Debug {
+    /// Which codec this is.
+    fn kind(&self) -> CodecKind;
+
+    /// One self-contained frame holding `data`.
+    fn compress(&self, data: &[u8]) -> Vec<u8>;
+
+    /// The bytes of `frame`, which must be exactly one payload made by
+    /// [`SampleCodec::compress`] of this kind (or by another encoder of the
+    /// same format). Fails, without allocating the output, when the frame
+    /// declares or would produce more than `max_len` bytes, and fails when
+    /// the frame is corrupt or truncated.
+    fn decompress(&self, frame: &[u8], max_len: usize) -> Result<Vec<u8>, CodecError>;
+}
+
+/// The codecs of the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CodecKind {
+    /// The raw bytes.
+    None,
+    /// Zstandard, one frame with its content size in the header.
+    Zstd,
+    /// LZ4 block format, with the decoded size as a 4-byte little-endian
+    /// prefix.
+    Lz4,
+}
+
+impl CodecKind {
+    /// Every codec, in wire order.
+    pub const ALL: [CodecKind; 3] = [CodecKind::None, CodecKind::Zstd, CodecKind::Lz4];
+
+    /// The name used on command lines and in reports: `none`, `zstd`, `lz4`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CodecKind::None => "none",
+            CodecKind::Zstd => "zstd",
+            CodecKind::Lz4 => "lz4",
+        }
+    }
+
+    /// A decoder of this codec (decoding needs no level).
+    pub fn decoder(self) -> &'static dyn SampleCodec {
+        match self {
+            CodecKind::None => &none::Identity,
+            CodecKind::Zstd => &zstd::DEFAULT,
+            CodecKind::Lz4 => &lz4::Lz4,
+        }
+    }
+}
+
+impl fmt::Display for CodecKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Decodes `frame`, a payload of codec `kind`, into at most `max_len` bytes.
+pub fn decompress(kind: CodecKind, frame: &[u8], max_len: usize) -> Result<Vec<u8>, CodecError> {
+    kind.decoder().decompress(frame, max_len)
+}
+
+/// Why a payload could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// The frame declares (or, decoding, produces) more bytes than allowed.
+    #[error(
+        "{codec} frame of {frame_len} bytes {how} {size} bytes, more than the limit of {max_len} \
+         bytes (refused before allocating it)"
+    )]
+    TooLarge {
+        codec: CodecKind,
+        frame_len: usize,
+        /// "declares" (from its header), "decodes to more than", or "holds"
+        /// (raw bytes).
+        how: &'static str,
+        size: u64,
+        max_len: usize,
+    },
+    /// The frame is not a valid frame of its codec.
+    #[error("corrupt {codec} frame of {frame_len} bytes: {reason}")]
+    Corrupt {
+        codec: CodecKind,
+        frame_len: usize,
+        reason: String,
+    },
+    /// A wire codec value this build does not know.
+    #[error("unknown codec value {0} (known: 0 none, 1 zstd, 2 lz4)")]
+    Unknown(i32),
+}
+
+impl CodecError {
+    pub(crate) fn corrupt(codec: CodecKind, frame: &[u8], reason: impl Into<String>) -> Self {
+        CodecError::Corrupt {
+            codec,
+            frame_len: frame.len(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn declares(codec: CodecKind, frame: &[u8], size: u64, max_len: usize) -> Self {
+        CodecError::TooLarge {
+            codec,
+            frame_len: frame.len(),
+            how: "declares",
+            size,
+            max_len,
+        }
+    }
+}
+
+/// A codec as an operator chooses it: `none`, `zstd`, `zstd:LEVEL` or `lz4`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CodecSpec {
+    pub kind: CodecKind,
+    /// The zstd level ([`zstd::MIN_LEVEL`]..=[`zstd::MAX_LEVEL`]); `None`
+    /// for the default ([`zstd::DEFAULT_LEVEL`]) and for the other codecs.
+    pub level: Option<i32>,
+}
+
+impl CodecSpec {
+    /// No compression.
+    pub const NONE: CodecSpec = CodecSpec {
+        kind: CodecKind::None,
+        level: None,
+    };
+
+    /// The codec this spec describes.
+    pub fn codec(&self) -> Box<dyn SampleCodec> {
+        match self.kind {
+            CodecKind::None => Box::new(none::Identity),
+            CodecKind::Zstd => Box::new(zstd::Zstd::new(self.level.unwrap_or(zstd::DEFAULT_LEVEL))),
+            CodecKind::Lz4 => Box::new(lz4::Lz4),
+        }
+    }
+
+    /// Whether this spec compresses at all.
+    pub fn compresses(&self) -> bool {
+        self.kind != CodecKind::None
+    }
+}
+
+impl Default for CodecSpec {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl From<CodecKind> for CodecSpec {
+    fn from(kind: CodecKind) -> Self {
+        Self { kind, level: None }
+    }
+}
+
+impl fmt::Display for CodecSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.kind, self.level) {
+            (CodecKind::Zstd, Some(level)) => write!(f, "zstd:{level}"),
+            (kind, _) => f.write_str(kind.name()),
+        }
+    }
+}
+
+/// Why a codec spec could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("unknown codec {0:?}: expected none, zstd, zstd:LEVEL or lz4")]
+    UnknownName(String),
+    #[error(
+        "invalid zstd level {0:?} in {1:?}: expected a whole number from {min} to {max}",
+        min = zstd::MIN_LEVEL,
+        max = zstd::MAX_LEVEL
+    )]
+    BadLevel(String, String),
+    #[error("{0} takes no level ({1:?}); only zstd has levels (zstd:LEVEL)")]
+    LevelNotAllowed(CodecKind, String),
+}
+
+impl FromStr for CodecSpec {
+    type Err = SpecError;
+
+    fn from_str(input: &str) -> Result<Self, SpecError> {
+        let text = input.trim();
+        let (name, level) = match text.split_once(':') {
+            Some((name, level)) => (name, Some(level)),
+            None => (text, None),
+        };
+        let kind = match name.to_ascii_lowercase().as_str() {
+            "none" => CodecKind::None,
+            "zstd" => CodecKind::Zstd,
+            "lz4" => CodecKind::Lz4,
+            _ => return Err(SpecError::UnknownName(input.to_string())),
+        };
+        let Some(level) = level else {
+            return Ok(CodecSpec { kind, level: None });
+        };
+        if kind != CodecKind::Zstd {
+            return Err(SpecError::LevelNotAllowed(kind, input.to_string()));
+        }
+        let bad = || SpecError::BadLevel(level.to_string(), input.to_string());
+        let n: i32 = level.trim().parse().map_err(|_| bad())?;
+        if !(zstd::MIN_LEVEL..=zstd::MAX_LEVEL).contains(&n) {
+            return Err(bad());
+        }
+        Ok(CodecSpec {
+            kind,
+            level: Some(n),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_print() {
+        for (text, kind, level, shown) in [
+            ("none", CodecKind::None, None, "none"),
+            ("zstd", CodecKind::Zstd, None, "zstd"),
+            ("zstd:1", CodecKind::Zstd, Some(1), "zstd:1"),
+            ("ZSTD:22", CodecKind::Zstd, Some(22), "zstd:22"),
+            (" lz4 ", CodecKind::Lz4, None, "lz4"),
+        ] {
+            let spec: CodecSpec = text.parse().unwrap();
+            assert_eq!((spec.kind, spec.level), (kind, level), "{text}");
+            assert_eq!(spec.to_string(), shown);
+            assert_eq!(spec.codec().kind(), kind);
+        }
+        assert_eq!(CodecSpec::default(), CodecSpec::NONE);
+        assert!(!CodecSpec::NONE.compresses());
+        assert!(CodecSpec::from(CodecKind::Lz4).compresses());
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        let err = |s: &str| s.parse::<CodecSpec>().unwrap_err().to_string();
+        let e = err("gzip");
+        assert!(
+            e.contains("unknown codec \"gzip\"") && e.contains("zstd:LEVEL"),
+            "{e}"
+        );
+        for bad in ["zstd:0", "zstd:23", "zstd:-1", "zstd:x", "zstd:"] {
+            let e = err(bad);
+            assert!(
+                e.contains("invalid zstd level") && e.contains("1 to 22"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err("lz4:3");
+        assert!(e.contains("lz4 takes no level"), "{e}");
+        assert!(err("").contains("unknown codec"));
+    }
+
+    #[test]
+    fn errors_name_the_codec_and_the_sizes() {
+        let e = CodecError::declares(CodecKind::Zstd, &[0; 13], 1 << 40, 1024).to_string();
+        assert!(
+            e.contains("zstd frame of 13 bytes declares 1099511627776 bytes")
+                && e.contains("limit of 1024"),
+            "{e}"
+        );
+        let e = CodecError::corrupt(CodecKind::Lz4, &[1, 2], "truncated").to_string();
+        assert_eq!(e, "corrupt lz4 frame of 2 bytes: truncated");
+    }
+}

@@ -1,0 +1,11 @@
+//! The LoadGen node's own pieces around the engine and the QDL: the Query
+//! Sample Library that holds the data, the built-in benchmark table, the live
+//! progress line, the checker of synthetic-backend accuracy runs and the TLS
+//! options.
+
+pub mod benchmarks;
+pub mod npy;
+pub mod progress;
+pub mod qsl;
+pub mod tls;
+pub mod verify;

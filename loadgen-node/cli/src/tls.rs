@@ -1,0 +1,149 @@
+//! The LoadGen node's TLS options: how sut-node certificates are checked
+//! (pinned fingerprints, a CA bundle, or, for development, not at all) and
+//! the client certificate of mutual TLS.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
+
+/// TLS: always on for `quic://` nodes; for gRPC, on with any of these flags
+/// (or a `grpcs://` address).
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// Accept only sut-node certificates with one of these SHA-256
+    /// fingerprints (64 hex digits, colons allowed; each sut-node prints its
+    /// own at start). Comma-separated.
+    #[arg(
+        long,
+        value_name = "SHA256HEX[,...]",
+        value_delimiter = ',',
+        help_heading = "TLS"
+    )]
+    pub tls_pin: Vec<String>,
+
+    /// Accept sut-node certificates signed by a CA of this PEM bundle, for
+    /// the host name or IP address in --sut.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Accept any sut-node certificate, unverified (development only: a
+    /// warning is printed).
+    #[arg(long, help_heading = "TLS")]
+    pub tls_insecure: bool,
+
+    /// Mutual TLS: the certificate (PEM) to present to sut-nodes that
+    /// require one.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_client_key",
+        help_heading = "TLS"
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-client-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_client_cert",
+        help_heading = "TLS"
+    )]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The QDL's TLS settings; `None` when no TLS flag was given.
+    pub fn client_tls(&self) -> Result<Option<ClientTls>> {
+        let checks = [
+            !self.tls_pin.is_empty(),
+            self.tls_ca.is_some(),
+            self.tls_insecure,
+        ];
+        let identity = match (&self.tls_client_cert, &self.tls_client_key) {
+            (Some(cert), Some(key)) => Some(Arc::new(
+                Identity::from_pem_files(cert, key)
+                    .context("--tls-client-cert/--tls-client-key")?,
+            )),
+            _ => None,
+        };
+        let check = match checks.iter().filter(|c| **c).count() {
+            0 if identity.is_none() => return Ok(None),
+            0 => bail!(
+                "--tls-client-cert: also say how to check the sut-nodes' certificates: \
+                 --tls-pin, --tls-ca or --tls-insecure"
+            ),
+            1 => {
+                if !self.tls_pin.is_empty() {
+                    let pins = self
+                        .tls_pin
+                        .iter()
+                        .map(|p| p.parse::<Fingerprint>())
+                        .collect::<Result<Vec<_>, _>>()
+                        .context("--tls-pin")?;
+                    ServerCheck::Pinned(pins)
+                } else if let Some(ca) = &self.tls_ca {
+                    ServerCheck::Ca(read_certs(ca).context("--tls-ca")?)
+                } else {
+                    ServerCheck::Insecure
+                }
+            }
+            _ => bail!("give only one of --tls-pin, --tls-ca and --tls-insecure"),
+        };
+        Ok(Some(ClientTls { check, identity }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_map_to_one_check() {
+        assert!(TlsArgs::default().client_tls().unwrap().is_none());
+        let pin = "ab".repeat(32);
+        let t = TlsArgs {
+            tls_pin: vec![pin.clone(), "CD".repeat(32)],
+            ..TlsArgs::default()
+        };
+        match t.client_tls().unwrap().unwrap().check {
+            ServerCheck::Pinned(p) => {
+                assert_eq!(p.len(), 2);
+                assert_eq!(p[0].to_string(), pin);
+            }
+            other => panic!("{other:?}"),
+        }
+        let insecure = TlsArgs {
+            tls_insecure: true,
+            ..TlsArgs::default()
+        };
+        assert!(matches!(
+            insecure.client_tls().unwrap().unwrap().check,
+            ServerCheck::Insecure
+        ));
+        let both = TlsArgs {
+            tls_insecure: true,
+            tls_pin: vec![pin],
+            ..TlsArgs::default()
+        };
+        assert!(both
+            .client_tls()
+            .unwrap_err()
+            .to_string()
+            .contains("only one"));
+        let bad = TlsArgs {
+            tls_pin: vec!["xyz".into()],
+            ..TlsArgs::default()
+        };
+        let e = format!("{:#}", bad.client_tls().unwrap_err());
+        assert!(e.contains("--tls-pin") && e.contains("xyz"), "{e}");
+        let missing = TlsArgs {
+            tls_ca: Some("/nonexistent/ca.pem".into()),
+            ..TlsArgs::default()
+        };
+        let e = format!("{:#}", missing.client_tls().unwrap_err());
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    }
+}

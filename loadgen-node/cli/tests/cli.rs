@@ -1,0 +1,177 @@
+//! The `loadgen-node` binary as a user runs it: replaying a reference run,
+//! config errors, the working directory's audit.config, output options.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loadgen-node"))
+}
+
+fn fixture(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/conformance")
+        .join(case)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("loadgen-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn replays_a_reference_accuracy_run() {
+    let case = fixture("singlestream_acc_600_256");
+    let out = scratch("replay").join("nested/dir");
+    let o = bin()
+        .args([
+            "--sut",
+            "null",
+            "--model",
+            "m",
+            "--scenario",
+            "SingleStream",
+        ])
+        .args(["--mode", "AccuracyOnly", "--user-conf"])
+        .arg(case.join("user.conf"))
+        .args([
+            "--total-sample-count",
+            "600",
+            "--performance-sample-count",
+            "256",
+        ])
+        .arg("--output-dir")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ours = std::fs::read(out.join("mlperf_log_accuracy.json")).expect("accuracy log");
+    let theirs = std::fs::read(case.join("mlperf_log_accuracy.json")).expect("fixture");
+    assert!(ours == theirs, "accuracy log differs from the official run");
+    let summary = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap();
+    assert_eq!(
+        summary,
+        "\nNo warnings encountered during test.\n\nNo errors encountered during test.\n"
+    );
+}
+
+#[test]
+fn a_bad_config_line_names_file_and_line_and_fails() {
+    let dir = scratch("bad-conf");
+    let conf = dir.join("user.conf");
+    std::fs::write(
+        &conf,
+        "*.SingleStream.min_duration = 10\nresnet50.SingleStream.target_latency abc\n",
+    )
+    .unwrap();
+    let o = bin()
+        .args(["--sut", "null", "--scenario", "SingleStream", "--user-conf"])
+        .arg(&conf)
+        .arg("--output-dir")
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("{}:2:", conf.display())),
+        "no file:line in: {err}"
+    );
+    assert!(!dir.join("out").exists(), "nothing runs on a bad config");
+
+    let o = bin()
+        .args(["--sut", "null", "--set", "target_qsp=5"])
+        .arg("--output-dir")
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown setting `target_qsp`"));
+}
+
+#[test]
+fn audit_config_in_the_working_directory_is_used_and_announced() {
+    let dir = scratch("audit");
+    // TEST04-like: every query on the same sample.
+    std::fs::write(
+        dir.join("audit.config"),
+        "*.*.performance_issue_same = 1\n*.*.performance_issue_same_index = 3\n",
+    )
+    .unwrap();
+    let o = bin()
+        .current_dir(&dir)
+        .args([
+            "--sut",
+            "null",
+            "--scenario",
+            "SingleStream",
+            "--mode",
+            "PerformanceOnly",
+        ])
+        .args([
+            "--set",
+            "min_duration=0",
+            "--set",
+            "min_query_count=50",
+            "--no-trace",
+        ])
+        .args(["--total-sample-count", "64", "--output-dir", "out"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("audit.config"));
+    let detail = std::fs::read_to_string(dir.join("out/mlperf_log_detail.txt")).unwrap();
+    assert!(detail.contains("Found Audit Config file (audit.config)"));
+    assert!(detail.contains("\"key\": \"effective_performance_issue_same\", \"value\": true"));
+    // --no-trace leaves the trace file empty.
+    assert_eq!(
+        std::fs::metadata(dir.join("out/mlperf_log_trace.json"))
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[test]
+fn conf_replaces_the_built_in_mlperf_conf() {
+    let dir = scratch("conf");
+    let conf = dir.join("mlperf.conf");
+    // A new round's seeds; nothing else from the built-in file applies.
+    std::fs::write(
+        &conf,
+        "*.*.qsl_rng_seed = 42\n*.*.sample_index_rng_seed = 43\n*.*.schedule_rng_seed = 44\n",
+    )
+    .unwrap();
+    let o = bin()
+        .args([
+            "--sut",
+            "null",
+            "--model",
+            "resnet50",
+            "--scenario",
+            "Offline",
+        ])
+        .args(["--mode", "AccuracyOnly", "--conf"])
+        .arg(&conf)
+        .args(["--total-sample-count", "16", "--output-dir"])
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let detail = std::fs::read_to_string(dir.join("out/mlperf_log_detail.txt")).unwrap();
+    for line in [
+        "\"effective_qsl_rng_seed\", \"value\": 42,",
+        "\"effective_sample_index_rng_seed\", \"value\": 43,",
+        "\"effective_schedule_rng_seed\", \"value\": 44,",
+        // resnet50's built-in Offline min_duration (600000 ms) is gone.
+        "\"effective_min_duration_ms\", \"value\": 10000,",
+    ] {
+        assert!(detail.contains(line), "missing {line}");
+    }
+}

@@ -1,0 +1,111 @@
+//! `mlperf_log_accuracy.json` (spec §12.3): a JSON array with one entry per
+//! logged sample, in the order completions were processed.
+
+use std::io::{self, Write};
+
+/// One logged sample.
+pub struct AccuracyEntry<'a> {
+    pub seq_id: u64,
+    pub qsl_idx: usize,
+    pub data: &'a [u8],
+    /// `Some` when token latencies are used: (first-token data for non-Offline
+    /// scenarios, token count).
+    pub tokens: Option<(Option<&'a [u8]>, i64)>,
+}
+
+pub struct AccuracyLog<W: Write> {
+    out: W,
+    entries: u64,
+    line: Vec<u8>,
+}
+
+impl<W: Write> AccuracyLog<W> {
+    /// Writes the opening bracket.
+    pub fn new(mut out: W) -> io::Result<Self> {
+        out.write_all(b"[")?;
+        Ok(Self {
+            out,
+            entries: 0,
+            line: Vec::with_capacity(256),
+        })
+    }
+
+    pub fn write(&mut self, e: &AccuracyEntry<'_>) -> io::Result<()> {
+        let line = &mut self.line;
+        line.clear();
+        line.extend_from_slice(if self.entries == 0 { b"\n{ " } else { b",\n{ " });
+        write!(
+            line,
+            "\"seq_id\" : {}, \"qsl_idx\" : {}, \"data\" : \"",
+            e.seq_id, e.qsl_idx
+        )?;
+        push_hex(line, e.data);
+        line.push(b'"');
+        if let Some((token_data, count)) = e.tokens {
+            if let Some(td) = token_data {
+                line.extend_from_slice(b", \"token_data\" : \"");
+                push_hex(line, td);
+                line.push(b'"');
+            }
+            write!(line, ", \"token_count\" : {count}")?;
+        }
+        line.extend_from_slice(b" }");
+        self.entries += 1;
+        self.out.write_all(line)
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Writes the closing bracket and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(b"\n]\n")?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+fn push_hex(out: &mut Vec<u8>, data: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.reserve(data.len() * 2);
+    for b in data {
+        out.push(HEX[(b >> 4) as usize]);
+        out.push(HEX[(b & 15) as usize]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_upstream() {
+        let mut log = AccuracyLog::new(Vec::new()).unwrap();
+        log.write(&AccuracyEntry {
+            seq_id: 0,
+            qsl_idx: 784,
+            data: &[0xA0, 0x1E, 0, 0],
+            tokens: Some((Some(&[0xA0, 0x1E, 0, 0]), 2)),
+        })
+        .unwrap();
+        log.write(&AccuracyEntry {
+            seq_id: 1,
+            qsl_idx: 5,
+            data: &[],
+            tokens: None,
+        })
+        .unwrap();
+        let text = String::from_utf8(log.finish().unwrap()).unwrap();
+        assert_eq!(
+            text,
+            "[\n{ \"seq_id\" : 0, \"qsl_idx\" : 784, \"data\" : \"A01E0000\", \"token_data\" : \"A01E0000\", \"token_count\" : 2 },\n{ \"seq_id\" : 1, \"qsl_idx\" : 5, \"data\" : \"\" }\n]\n"
+        );
+    }
+
+    #[test]
+    fn empty_log() {
+        let log = AccuracyLog::new(Vec::new()).unwrap();
+        assert_eq!(log.finish().unwrap(), b"[\n]\n");
+    }
+}

@@ -1,0 +1,304 @@
+//! The completion-processing thread: turns completion records into latency
+//! statistics, accuracy-log entries and trace events, off the timed path.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::sync::{mpsc, Arc};
+
+use crate::accuracy_log::{AccuracyEntry, AccuracyLog};
+use crate::completion::{Completed, Event};
+use crate::live::{LiveStats, PERCENTILE_EVERY_NS};
+use crate::stats::LatencyHistogram;
+use crate::trace::{SampleSpan, TraceLog};
+
+/// What the runner tells the aggregator.
+pub(crate) enum Control {
+    BeginSeries(SeriesConfig),
+    /// Reply with the series' data once every record sent before is processed.
+    EndSeries {
+        final_query_seq: Option<u64>,
+        reply: mpsc::Sender<SeriesData>,
+    },
+    Span {
+        name: &'static str,
+        start_ns: i64,
+        dur_ns: i64,
+        args: Vec<(&'static str, u64)>,
+    },
+    Finish,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SeriesConfig {
+    /// MultiStream: samples per query, to compute query latencies.
+    pub multi_stream_spq: Option<u64>,
+    pub use_tokens: bool,
+    /// Non-Offline token runs report first tokens.
+    pub first_token_expected: bool,
+    pub server_trace: bool,
+    /// Server latency bounds (sample latency, TTFT, TPOT): the histograms
+    /// count latencies above them exactly.
+    pub latency_bounds: Option<LatencyBounds>,
+    /// The percentile shown live while the series runs.
+    pub live_percentile: f64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LatencyBounds {
+    pub latency_ns: i64,
+    pub ttft_ns: i64,
+    pub tpot_ns: i64,
+}
+
+/// What one series measured.
+#[derive(Debug, Default)]
+pub(crate) struct SeriesData {
+    pub sample_latencies: LatencyHistogram,
+    pub query_latencies: LatencyHistogram,
+    pub ttft: LatencyHistogram,
+    pub tpot: LatencyHistogram,
+    pub token_count: u64,
+    pub max_latency_ns: i64,
+    /// Latest completion time of the series (ns since the test origin).
+    pub last_completed_ns: i64,
+    pub final_query_done_ns: Option<i64>,
+    pub errors: Vec<String>,
+    pub completed: u64,
+}
+
+impl SeriesData {
+    fn new(bounds: Option<LatencyBounds>) -> Self {
+        match bounds {
+            None => Self::default(),
+            Some(b) => Self {
+                sample_latencies: LatencyHistogram::with_threshold(b.latency_ns),
+                ttft: LatencyHistogram::with_threshold(b.ttft_ns),
+                tpot: LatencyHistogram::with_threshold(b.tpot_ns),
+                ..Self::default()
+            },
+        }
+    }
+}
+
+pub(crate) struct Aggregator<A: Write, T: Write> {
+    pub accuracy: AccuracyLog<A>,
+    pub trace: Option<TraceLog<T>>,
+    cfg: SeriesConfig,
+    data: SeriesData,
+    /// MultiStream queries in flight: query seq -> (samples seen, max latency).
+    ms_queries: HashMap<u64, (u64, i64)>,
+    /// First-token bytes of accuracy-logged samples awaiting their completion.
+    token_data: HashMap<u64, Box<[u8]>>,
+    /// Highest query seq seen and its latest completion time.
+    newest_query: Option<(u64, i64)>,
+    io_error: Option<io::Error>,
+    live: Arc<LiveStats>,
+    /// Completion time at which the live percentile was last refreshed.
+    live_refreshed_ns: i64,
+}
+
+impl<A: Write, T: Write> Aggregator<A, T> {
+    pub fn new(accuracy: AccuracyLog<A>, trace: Option<TraceLog<T>>, live: Arc<LiveStats>) -> Self {
+        Self {
+            accuracy,
+            trace,
+            cfg: SeriesConfig {
+                multi_stream_spq: None,
+                use_tokens: false,
+                first_token_expected: false,
+                server_trace: false,
+                latency_bounds: None,
+                live_percentile: 0.99,
+            },
+            data: SeriesData::default(),
+            ms_queries: HashMap::new(),
+            token_data: HashMap::new(),
+            newest_query: None,
+            io_error: None,
+            live,
+            live_refreshed_ns: 0,
+        }
+    }
+
+    /// Processes events until `Finish`; returns the logs to be closed and the
+    /// first write error, if any.
+    pub fn run(
+        mut self,
+        events: mpsc::Receiver<Event>,
+    ) -> (AccuracyLog<A>, Option<TraceLog<T>>, Option<io::Error>) {
+        while let Ok(ev) = events.recv() {
+            match ev {
+                Event::Completed(batch) => {
+                    for c in batch {
+                        self.completed(c);
+                    }
+                    self.refresh_live();
+                }
+                Event::FirstToken { seq, at_ns, data } => {
+                    if let Some(d) = data {
+                        self.token_data.insert(seq, d);
+                    }
+                    if let Some(t) = self.trace.as_mut() {
+                        let r = t.first_token(seq, at_ns);
+                        self.note(r);
+                    }
+                }
+                Event::Error(msg) => self.data.errors.push(msg),
+                Event::Control(Control::BeginSeries(cfg)) => {
+                    self.cfg = cfg;
+                    self.data = SeriesData::new(cfg.latency_bounds);
+                    self.ms_queries.clear();
+                    self.live_refreshed_ns = 0;
+                }
+                Event::Control(Control::EndSeries {
+                    final_query_seq,
+                    reply,
+                }) => {
+                    let mut data = std::mem::take(&mut self.data);
+                    data.final_query_done_ns = match (final_query_seq, self.newest_query) {
+                        (Some(q), Some((seen, at))) if q == seen => Some(at),
+                        _ => None,
+                    };
+                    let _ = reply.send(data);
+                }
+                Event::Control(Control::Span {
+                    name,
+                    start_ns,
+                    dur_ns,
+                    args,
+                }) => {
+                    if let Some(t) = self.trace.as_mut() {
+                        let r = t.span(name, start_ns, dur_ns, &args);
+                        self.note(r);
+                    }
+                }
+                Event::Control(Control::Finish) => break,
+            }
+        }
+        (self.accuracy, self.trace, self.io_error)
+    }
+
+    fn refresh_live(&mut self) {
+        let d = &self.data;
+        self.live.set_completed(d.completed);
+        if d.last_completed_ns - self.live_refreshed_ns >= PERCENTILE_EVERY_NS {
+            self.live_refreshed_ns = d.last_completed_ns;
+            let latencies = if self.cfg.multi_stream_spq.is_some() {
+                &d.query_latencies
+            } else {
+                &d.sample_latencies
+            };
+            self.live
+                .set_percentile_latency(latencies.percentile(self.cfg.live_percentile));
+        }
+    }
+
+    fn note(&mut self, r: io::Result<()>) {
+        if let Err(e) = r {
+            self.io_error.get_or_insert(e);
+        }
+    }
+
+    fn completed(&mut self, c: Completed) {
+        let latency = c.completed_ns - c.scheduled_ns;
+        let d = &mut self.data;
+        d.completed += 1;
+        d.sample_latencies.record(latency);
+        d.max_latency_ns = d.max_latency_ns.max(latency);
+        d.last_completed_ns = d.last_completed_ns.max(c.completed_ns);
+        match self.newest_query {
+            Some((q, at)) if q == c.query_seq => {
+                self.newest_query = Some((q, at.max(c.completed_ns)))
+            }
+            Some((q, _)) if q > c.query_seq => {}
+            _ => self.newest_query = Some((c.query_seq, c.completed_ns)),
+        }
+
+        if let Some(spq) = self.cfg.multi_stream_spq {
+            let e = self.ms_queries.entry(c.query_seq).or_insert((0, i64::MIN));
+            e.0 += 1;
+            e.1 = e.1.max(latency);
+            if e.0 >= spq {
+                let max = e.1;
+                self.ms_queries.remove(&c.query_seq);
+                d.query_latencies.record(max);
+            }
+        }
+
+        let mut n_tokens = c.n_tokens;
+        if self.cfg.use_tokens {
+            if n_tokens == 0 {
+                d.errors.push(
+                    "n_tokens argument missing or attempted to record 0 as number of tokens".into(),
+                );
+            } else if n_tokens < 0 {
+                d.errors
+                    .push("Attempted to record a negative number of tokens".into());
+                n_tokens = 0;
+            } else if n_tokens == 1 {
+                d.errors
+                    .push("Number of tokens need to be greater than 1".into());
+                n_tokens = 0;
+            }
+            d.token_count += n_tokens as u64;
+            if self.cfg.first_token_expected {
+                match c.first_token_ns {
+                    Some(ft) => {
+                        let ttft = ft - c.scheduled_ns;
+                        d.ttft.record(ttft);
+                        if n_tokens != 1 {
+                            d.tpot.record((latency - ttft) / (n_tokens - 1));
+                        }
+                    }
+                    None => d.errors.push(
+                        "Attempted to record a sample latency before it's first token latency"
+                            .into(),
+                    ),
+                }
+            }
+        }
+
+        if let Some(data) = c.data.as_deref() {
+            let token_data = if self.cfg.use_tokens && self.cfg.first_token_expected {
+                Some(self.token_data.remove(&c.seq))
+            } else {
+                None
+            };
+            let tokens = self.cfg.use_tokens.then(|| {
+                let td = token_data.flatten();
+                (
+                    if self.cfg.first_token_expected {
+                        Some(td.unwrap_or_default())
+                    } else {
+                        None
+                    },
+                    c.n_tokens,
+                )
+            });
+            let entry_tokens = tokens.as_ref().map(|(td, n)| (td.as_deref(), *n));
+            let r = self.accuracy.write(&AccuracyEntry {
+                seq_id: c.seq,
+                qsl_idx: c.index,
+                data,
+                tokens: entry_tokens,
+            });
+            self.note(r);
+        }
+
+        if let Some(t) = self.trace.as_mut() {
+            let span = SampleSpan {
+                sample_seq: c.seq,
+                query_seq: c.query_seq,
+                sample_idx: c.index,
+                scheduled_ns: c.scheduled_ns,
+                issued_ns: c.issued_ns,
+                completed_ns: c.completed_ns,
+            };
+            let mut r = t.sample(&span);
+            if r.is_ok() && self.cfg.server_trace {
+                r = t.latency_counter(&span);
+            }
+            self.note(r);
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Completion bookkeeping: the only engine code a SUT's threads run.
+//!
+//! Every issued sample occupies a slot of a fixed ring, indexed by its sample
+//! sequence id. The issuing thread fills the slot and publishes it with one
+//! release store; a completing thread validates the response id against the
+//! slot's tag, claims it with one compare-and-swap, and hands a small record to
+//! the aggregator thread (statistics, accuracy log, trace) through a channel.
+//! No lock is taken on this path.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::{self, Thread};
+use std::time::Duration;
+
+use crate::clock::MonoClock;
+use crate::sut::{QuerySampleIndex, QuerySampleResponse, ResponseId};
+
+/// Completion records are sent in chunks of this many, so that a huge Offline
+/// completion call does not build one huge message.
+const CHUNK: usize = 4096;
+
+#[derive(Default)]
+struct Slot {
+    /// `(seq + 1) << 2 | log_accuracy << 1 | done`; 0 = never used.
+    tag: AtomicU64,
+    scheduled_ns: AtomicI64,
+    issued_ns: AtomicI64,
+    /// First-token time + 1; 0 = no first token yet.
+    first_token_ns: AtomicI64,
+    index: AtomicU64,
+    query_seq: AtomicU64,
+}
+
+const DONE: u64 = 1;
+const LOG: u64 = 2;
+
+fn tag_seq(tag: u64) -> u64 {
+    tag >> 2
+}
+
+/// One completed sample, as the aggregator receives it.
+#[derive(Debug)]
+pub(crate) struct Completed {
+    pub seq: u64,
+    pub query_seq: u64,
+    pub index: QuerySampleIndex,
+    pub scheduled_ns: i64,
+    pub issued_ns: i64,
+    pub completed_ns: i64,
+    pub first_token_ns: Option<i64>,
+    pub n_tokens: i64,
+    /// The response bytes, copied only when the sample is accuracy-logged.
+    pub data: Option<Box<[u8]>>,
+}
+
+/// Messages from completing threads (and the runner) to the aggregator.
+pub(crate) enum Event {
+    Completed(Vec<Completed>),
+    FirstToken {
+        seq: u64,
+        at_ns: i64,
+        data: Option<Box<[u8]>>,
+    },
+    Error(String),
+    Control(crate::aggregator::Control),
+}
+
+struct Shared {
+    clock: MonoClock,
+    slots: Box<[Slot]>,
+    completed: AtomicU64,
+    waiting: AtomicBool,
+    issuer: Thread,
+    aborted: AtomicBool,
+    abort_reason: Mutex<Option<String>>,
+    events: mpsc::Sender<Event>,
+    /// Send first-token events even for samples not accuracy-logged (trace).
+    trace_first_tokens: bool,
+}
+
+/// Handle through which a SUT completes samples. Cheap to clone; usable from
+/// any thread.
+#[derive(Clone)]
+pub struct Completer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Completer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completer")
+            .field("capacity", &self.shared.slots.len())
+            .finish()
+    }
+}
+
+impl Completer {
+    /// Must be created on the issuing thread: it is the one woken up by
+    /// completions.
+    pub(crate) fn new(
+        clock: MonoClock,
+        capacity: usize,
+        events: mpsc::Sender<Event>,
+        trace_first_tokens: bool,
+    ) -> Self {
+        let slots = (0..capacity.max(1)).map(|_| Slot::default()).collect();
+        Self {
+            shared: Arc::new(Shared {
+                clock,
+                slots,
+                completed: AtomicU64::new(0),
+                waiting: AtomicBool::new(false),
+                issuer: thread::current(),
+                aborted: AtomicBool::new(false),
+                abort_reason: Mutex::new(None),
+                events,
+                trace_first_tokens,
+            }),
+        }
+    }
+
+    /// Records that every response in `responses` is done. One timestamp is
+    /// taken for the whole call, as upstream does.
+    pub fn query_samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let mut batch = Vec::with_capacity(responses.len().min(CHUNK));
+        let mut count = 0u64;
+        for r in responses {
+            match self.claim(r, now) {
+                Ok(c) => {
+                    batch.push(c);
+                    count += 1;
+                    if batch.len() == CHUNK {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(CHUNK));
+                        let _ = s.events.send(Event::Completed(full));
+                    }
+                }
+                Err(msg) => {
+                    let _ = s.events.send(Event::Error(msg));
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let _ = s.events.send(Event::Completed(batch));
+        }
+        // Counted only after the records are queued, so the issuer never moves
+        // on before the aggregator can see them.
+        if count > 0 {
+            s.completed.fetch_add(count, Ordering::SeqCst);
+            if s.waiting.load(Ordering::SeqCst) {
+                s.issuer.unpark();
+            }
+        }
+    }
+
+    /// Records the first token of each response (TTFT).
+    pub fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        for r in responses {
+            let seq = r.id.wrapping_sub(1);
+            let slot = &s.slots[(seq % s.slots.len() as u64) as usize];
+            let tag = slot.tag.load(Ordering::Acquire);
+            if r.id == 0 || tag_seq(tag) != r.id {
+                let _ = s
+                    .events
+                    .send(Event::Error(unknown_id_message(r.id, tag_seq(tag))));
+                continue;
+            }
+            if tag & DONE != 0 {
+                let _ = s.events.send(Event::Error(
+                    "Attempted to record token latency after sample was completed".into(),
+                ));
+                continue;
+            }
+            let _ = slot.first_token_ns.compare_exchange(
+                0,
+                now + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+            let logged = tag & LOG != 0;
+            if logged || s.trace_first_tokens {
+                let data = logged.then(|| r.data.into());
+                let _ = s.events.send(Event::FirstToken {
+                    seq,
+                    at_ns: now,
+                    data,
+                });
+            }
+        }
+    }
+
+    /// Ends the run promptly: the issuer stops issuing and stops waiting, and
+    /// the result is INVALID with this reason. The first reason wins.
+    pub fn abort(&self, reason: String) {
+        let s = &*self.shared;
+        if let Ok(mut r) = s.abort_reason.lock() {
+            if r.is_none() {
+                *r = Some(reason);
+            }
+        }
+        s.aborted.store(true, Ordering::SeqCst);
+        s.issuer.unpark();
+    }
+
+    fn claim(&self, r: &QuerySampleResponse<'_>, now: i64) -> Result<Completed, String> {
+        let s = &*self.shared;
+        let seq = r.id.wrapping_sub(1);
+        let slot = &s.slots[(seq % s.slots.len() as u64) as usize];
+        loop {
+            let tag = slot.tag.load(Ordering::Acquire);
+            if r.id == 0 || tag_seq(tag) != r.id {
+                return Err(unknown_id_message(r.id, tag_seq(tag)));
+            }
+            if tag & DONE != 0 {
+                return Err("Attempted to complete a sample twice.".into());
+            }
+            // Read before claiming: once claimed the issuer may reuse the slot.
+            let c = Completed {
+                seq,
+                query_seq: slot.query_seq.load(Ordering::Relaxed),
+                index: slot.index.load(Ordering::Relaxed) as usize,
+                scheduled_ns: slot.scheduled_ns.load(Ordering::Relaxed),
+                issued_ns: slot.issued_ns.load(Ordering::Relaxed),
+                completed_ns: now,
+                first_token_ns: match slot.first_token_ns.load(Ordering::Acquire) {
+                    0 => None,
+                    t => Some(t - 1),
+                },
+                n_tokens: r.n_tokens,
+                data: (tag & LOG != 0).then(|| r.data.into()),
+            };
+            if slot
+                .tag
+                .compare_exchange(tag, tag | DONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(c);
+            }
+        }
+    }
+
+    // ---- issuing side (engine only) ----
+
+    pub(crate) fn clock(&self) -> &MonoClock {
+        &self.shared.clock
+    }
+
+    /// Fills the slot of sample `seq`; returns its response id. Waits while
+    /// the slot still holds an unfinished sample (more than `capacity` samples
+    /// outstanding); the wait counts in the latency, as it should.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn publish(
+        &self,
+        seq: u64,
+        index: QuerySampleIndex,
+        query_seq: u64,
+        scheduled_ns: i64,
+        issued_ns: i64,
+        log: bool,
+    ) -> ResponseId {
+        let s = &*self.shared;
+        let slot = &s.slots[(seq % s.slots.len() as u64) as usize];
+        let mut spins = 0u32;
+        loop {
+            let tag = slot.tag.load(Ordering::Acquire);
+            if tag == 0 || tag & DONE != 0 || self.aborted() {
+                break;
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
+        slot.scheduled_ns.store(scheduled_ns, Ordering::Relaxed);
+        slot.issued_ns.store(issued_ns, Ordering::Relaxed);
+        slot.first_token_ns.store(0, Ordering::Relaxed);
+        slot.index.store(index as u64, Ordering::Relaxed);
+        slot.query_seq.store(query_seq, Ordering::Relaxed);
+        let id = seq + 1;
+        slot.tag
+            .store(id << 2 | (log as u64) << 1, Ordering::Release);
+        id
+    }
+
+    /// Number of samples completed since the test started.
+    #[inline]
+    pub(crate) fn completed(&self) -> u64 {
+        self.shared.completed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn aborted(&self) -> bool {
+        self.shared.aborted.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn abort_reason(&self) -> Option<String> {
+        if !self.shared.aborted.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.shared.abort_reason.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Blocks until `target` samples have completed in total; false if the run
+    /// was aborted first. Spins briefly (fast SUTs answer within
+    /// microseconds), then parks until a completion wakes it.
+    pub(crate) fn wait_for(&self, target: u64) -> bool {
+        let s = &*self.shared;
+        let mut spins = 0u32;
+        loop {
+            if s.completed.load(Ordering::SeqCst) >= target {
+                return true;
+            }
+            if s.aborted.load(Ordering::SeqCst) {
+                return false;
+            }
+            if spins < 200 {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            s.waiting.store(true, Ordering::SeqCst);
+            if s.completed.load(Ordering::SeqCst) < target && !s.aborted.load(Ordering::SeqCst) {
+                // A completion between the check and the park unparks us, so
+                // the park returns at once; the timeout only bounds the cost
+                // of a spurious miss.
+                thread::park_timeout(Duration::from_millis(50));
+            }
+            s.waiting.store(false, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn send(&self, e: Event) {
+        let _ = self.shared.events.send(e);
+    }
+}
+
+fn unknown_id_message(id: ResponseId, slot_holds: u64) -> String {
+    if id != 0 && slot_holds > id {
+        "Attempted to complete a sample twice.".to_string()
+    } else {
+        format!("Received a response with an unknown response id {id}.")
+    }
+}

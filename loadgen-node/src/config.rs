@@ -1,0 +1,1121 @@
+//! mlperf.conf / user.conf / audit.config (spec §4).
+//!
+//! A config file is a list of `model.scenario.name = value` lines. Parsing and
+//! applying are separate steps: [`ConfigFile::parse`] checks the syntax of the
+//! whole file (a file with any error is never applied), and
+//! [`ConfigFile::apply`] looks up the keys LoadGen understands for one model
+//! and scenario and writes them into [`TestSettings`].
+//!
+//! The quirks of upstream's parser are kept on purpose, because submitters'
+//! files were written against it: `a=1` is one token and silently does
+//! nothing, a `#` after a value is an error, integers follow C `strtoul` with
+//! base 0 (so `010` is octal) and fractional text given to an integer key is
+//! truncated.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::settings::{Scenario, TestMode, TestSettings};
+
+/// The mlperf.conf compiled into the engine; used unless a file replaces it.
+pub const BUILTIN_MLPERF_CONF: &str = include_str!("../mlperf.conf");
+
+/// Display name of the built-in mlperf.conf in error messages.
+pub const BUILTIN_MLPERF_CONF_NAME: &str = "mlperf.conf (built-in)";
+
+/// Which role a config file plays; decides which keys it may set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConfKind {
+    /// The benchmark rules: may also set the seeds, the accuracy-log
+    /// probability and the test05 keys.
+    MlperfConf,
+    /// The submitter's tuning file.
+    UserConf,
+    /// A compliance test's audit.config (applied with model `*`).
+    AuditConfig,
+}
+
+/// A problem with a config file. Every variant names the file; syntax errors
+/// also give the 1-based line number.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The token after a key is not a lone `=`.
+    #[error("{file}:{line}: expected 'key = value' with spaces around '=', found `{found}` after key `{key}`")]
+    ExpectedEquals {
+        file: String,
+        line: usize,
+        key: String,
+        found: String,
+    },
+    /// A value is not a complete C integer or floating-point number.
+    #[error("{file}:{line}: value needs to be integer or double, found `{value}` for key `{key}`{}", comment_hint(.value))]
+    NotANumber {
+        file: String,
+        line: usize,
+        key: String,
+        value: String,
+    },
+    /// The `mode` key holds something other than 0..=3. All other keys of
+    /// the file were still applied and the mode was left unchanged.
+    #[error("{file}:{line}: Invalid value passed to Mode key in config: `{key} = {value}` (expected 0 = SubmissionRun, 1 = AccuracyOnly, 2 = PerformanceOnly, 3 = FindPeakPerformance)")]
+    InvalidMode {
+        file: String,
+        line: usize,
+        key: String,
+        value: String,
+    },
+    /// The file could not be opened or read.
+    #[error("cannot open config file {}: {cause}", .path.display())]
+    NotFound { path: PathBuf, cause: io::Error },
+    /// A file with syntax errors; nothing from it was applied.
+    #[error("{}", list_errors(.file, .errors))]
+    Invalid {
+        file: String,
+        errors: Vec<ConfigError>,
+    },
+}
+
+fn comment_hint(value: &str) -> &'static str {
+    if value.starts_with('#') {
+        " (a comment must be on a line of its own, or directly after the key)"
+    } else {
+        ""
+    }
+}
+
+fn list_errors(file: &str, errors: &[ConfigError]) -> String {
+    let mut out = format!(
+        "{file}: {} error(s), nothing from this file was applied",
+        errors.len()
+    );
+    for e in errors {
+        let _ = write!(out, "\n  {e}");
+    }
+    out
+}
+
+impl ConfigError {
+    /// True for errors in the text of a file (upstream's `-EINVAL`).
+    pub fn is_syntax(&self) -> bool {
+        matches!(
+            self,
+            ConfigError::ExpectedEquals { .. }
+                | ConfigError::NotANumber { .. }
+                | ConfigError::Invalid { .. }
+        )
+    }
+
+    /// True when the file could not be opened (upstream's `-ENOENT`).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ConfigError::NotFound { .. })
+    }
+
+    /// The messages upstream writes to the detail log under
+    /// `error_invalid_config`, one per reported problem.
+    pub fn detail_messages(&self) -> Vec<String> {
+        match self {
+            ConfigError::ExpectedEquals { line, .. } => {
+                vec![format!("expected 'key=value', line={line}")]
+            }
+            ConfigError::NotANumber { line, .. } => {
+                vec![format!("value needs to be integer or double, line={line}")]
+            }
+            ConfigError::InvalidMode { .. } => {
+                vec!["Invalid value passed to Mode key in config.".to_string()]
+            }
+            ConfigError::NotFound { path, .. } => {
+                vec![format!("can't open file {}", path.display())]
+            }
+            ConfigError::Invalid { errors, .. } => {
+                errors.iter().flat_map(|e| e.detail_messages()).collect()
+            }
+        }
+    }
+}
+
+/// One stored `key = value` pair and the line that set it last.
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    value: String,
+    line: usize,
+}
+
+/// A syntactically valid config file: its keys and their value texts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigFile {
+    name: String,
+    entries: HashMap<String, Entry>,
+}
+
+/// Whitespace as C `isspace` sees it in the "C" locale.
+fn is_c_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
+impl ConfigFile {
+    /// Parses config text. `name` is used in error messages. Every line is
+    /// checked, so all syntax errors are reported together.
+    pub fn parse(name: &str, text: &str) -> Result<ConfigFile, Vec<ConfigError>> {
+        let mut entries = HashMap::new();
+        let mut errors = Vec::new();
+        for (idx, line) in text.split('\n').enumerate() {
+            let line_no = idx + 1;
+            // 0 = expect key, 1 = expect '=', 2 = expect value(s).
+            let mut state = 0;
+            let mut key = "";
+            for token in line.split(is_c_space).filter(|t| !t.is_empty()) {
+                match state {
+                    0 | 1 if token == "#" => break,
+                    0 => {
+                        key = token;
+                        state = 1;
+                    }
+                    1 if token == "=" => state = 2,
+                    1 => {
+                        errors.push(ConfigError::ExpectedEquals {
+                            file: name.to_string(),
+                            line: line_no,
+                            key: key.to_string(),
+                            found: token.to_string(),
+                        });
+                        break;
+                    }
+                    _ => {
+                        if !is_complete_number(token) {
+                            errors.push(ConfigError::NotANumber {
+                                file: name.to_string(),
+                                line: line_no,
+                                key: key.to_string(),
+                                value: token.to_string(),
+                            });
+                            break;
+                        }
+                        // Stay in state 2: of `a = 1 2` the last value wins.
+                        entries.insert(
+                            key.to_string(),
+                            Entry {
+                                value: token.to_string(),
+                                line: line_no,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(ConfigFile {
+                name: name.to_string(),
+                entries,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Reads and parses a file. Syntax errors come back as
+    /// [`ConfigError::Invalid`] holding every error of the file.
+    pub fn read(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|cause| ConfigError::NotFound {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        // Byte-oriented like upstream: invalid UTF-8 can only be in keys or
+        // values, which then fail to match or to parse as numbers.
+        let text = String::from_utf8_lossy(&bytes);
+        let name = path.display().to_string();
+        ConfigFile::parse(&name, &text)
+            .map_err(|errors| ConfigError::Invalid { file: name, errors })
+    }
+
+    /// The built-in mlperf.conf.
+    pub fn builtin() -> Result<ConfigFile, ConfigError> {
+        ConfigFile::parse(BUILTIN_MLPERF_CONF_NAME, BUILTIN_MLPERF_CONF).map_err(|errors| {
+            ConfigError::Invalid {
+                file: BUILTIN_MLPERF_CONF_NAME.to_string(),
+                errors,
+            }
+        })
+    }
+
+    /// The name used in error messages (the path for files read from disk).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value text stored for a full key such as `*.Server.target_qps`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(key).map(|e| e.value.as_str())
+    }
+
+    /// Number of distinct keys in the file.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Finds `name` for `model` under `scenario`; the most specific key wins,
+    /// and a scenario wildcard beats a model wildcard.
+    fn lookup(&self, model: &str, scenario: &str, name: &str) -> Option<(String, &Entry)> {
+        [
+            format!("{model}.{scenario}.{name}"),
+            format!("*.{scenario}.{name}"),
+            format!("{model}.*.{name}"),
+            format!("*.*.{name}"),
+        ]
+        .into_iter()
+        .find_map(|k| self.entries.get(&k).map(|e| (k, e)))
+    }
+
+    /// Writes the keys LoadGen understands into `settings`, in upstream's
+    /// order (spec §4.4). Keys only mlperf.conf may set are skipped for the
+    /// other kinds. The scenario of `settings` is never changed; `scenario`
+    /// only selects which keys match.
+    ///
+    /// An invalid `mode` value is reported as [`ConfigError::InvalidMode`]
+    /// after every other key was applied, as upstream carries on past it.
+    pub fn apply(
+        &self,
+        settings: &mut TestSettings,
+        model: &str,
+        scenario: Scenario,
+        kind: ConfKind,
+    ) -> Result<(), ConfigError> {
+        let run = scenario.as_str();
+        let ss = Scenario::SingleStream.as_str();
+        let ms = Scenario::MultiStream.as_str();
+        let server = Scenario::Server.as_str();
+        let offline = Scenario::Offline.as_str();
+        let rules = kind == ConfKind::MlperfConf;
+
+        let int = |scope: &str, name: &str| {
+            self.lookup(model, scope, name)
+                .map(|(_, e)| strtoull(&e.value))
+        };
+        let float = |scope: &str, name: &str| {
+            self.lookup(model, scope, name)
+                .map(|(_, e)| strtod(&e.value))
+        };
+        // Integer keys in ms that are stored in ns: integer text × 10^6.
+        let int_ms = |scope: &str, name: &str| int(scope, name).map(|v| v.wrapping_mul(1_000_000));
+
+        let mut mode_error = None;
+        if let Some((key, e)) = self.lookup(model, run, "mode") {
+            match TestMode::from_config_value(strtoull(&e.value)) {
+                Some(m) => settings.mode = m,
+                None => {
+                    mode_error = Some(ConfigError::InvalidMode {
+                        file: self.name.clone(),
+                        line: e.line,
+                        key,
+                        value: e.value.clone(),
+                    })
+                }
+            }
+        }
+
+        if rules {
+            set(&mut settings.qsl_rng_seed, int(run, "qsl_rng_seed"));
+            set(
+                &mut settings.sample_index_rng_seed,
+                int(run, "sample_index_rng_seed"),
+            );
+            set(
+                &mut settings.schedule_rng_seed,
+                int(run, "schedule_rng_seed"),
+            );
+            set(
+                &mut settings.accuracy_log_probability,
+                float(run, "accuracy_log_probability").map(|v| v * 0.01),
+            );
+            set(&mut settings.test05, int(run, "test05").map(|v| v == 1));
+            set(
+                &mut settings.test05_qsl_rng_seed,
+                int(run, "test05_qsl_rng_seed"),
+            );
+            set(
+                &mut settings.test05_sample_index_rng_seed,
+                int(run, "test05_sample_index_rng_seed"),
+            );
+            set(
+                &mut settings.test05_schedule_rng_seed,
+                int(run, "test05_schedule_rng_seed"),
+            );
+        }
+
+        set(
+            &mut settings.use_token_latencies,
+            int(run, "use_token_latencies").map(|v| v == 1),
+        );
+        // The token limits only count when token latencies are on, so they
+        // are only read then (whichever file turned them on).
+        if settings.use_token_latencies {
+            set(
+                &mut settings.server_ttft_latency,
+                int_ms(server, "ttft_latency"),
+            );
+            set(
+                &mut settings.server_tpot_latency,
+                int_ms(server, "tpot_latency"),
+            );
+        }
+        set(
+            &mut settings.infer_token_latencies,
+            int(run, "infer_token_latencies").map(|v| v == 1),
+        );
+        if settings.infer_token_latencies {
+            set(
+                &mut settings.token_latency_scaling_factor,
+                int(run, "token_latency_scaling_factor"),
+            );
+        }
+
+        // Scenario-specific keys are read under their own scenario name,
+        // whatever scenario is run.
+        set(
+            &mut settings.single_stream_target_latency_percentile,
+            float(ss, "target_latency_percentile").map(|v| v * 0.01),
+        );
+        set(
+            &mut settings.multi_stream_target_latency_percentile,
+            float(ms, "target_latency_percentile").map(|v| v * 0.01),
+        );
+        set(
+            &mut settings.multi_stream_samples_per_query,
+            int(ms, "samples_per_query"),
+        );
+        set(
+            &mut settings.server_target_latency_percentile,
+            float(server, "target_latency_percentile").map(|v| v * 0.01),
+        );
+        set(
+            &mut settings.server_target_latency_ns,
+            int_ms(server, "target_latency"),
+        );
+
+        set(
+            &mut settings.performance_issue_unique,
+            int(run, "performance_issue_unique").map(|v| v != 0),
+        );
+        set(
+            &mut settings.performance_issue_same,
+            int(run, "performance_issue_same").map(|v| v != 0),
+        );
+        set(
+            &mut settings.performance_issue_same_index,
+            int(run, "performance_issue_same_index"),
+        );
+        set(
+            &mut settings.sample_concatenate_permutation,
+            int(run, "sample_concatenate_permutation").map(|v| v == 1),
+        );
+        set(
+            &mut settings.server_coalesce_queries,
+            int(server, "coalesce_queries").map(|v| v != 0),
+        );
+        // Upstream passes this one through a C `int`: only the low 32 bits
+        // count, and negative values sign-extend.
+        set(
+            &mut settings.server_max_async_queries,
+            int(server, "max_async_queries").map(|v| v as u32 as i32 as i64 as u64),
+        );
+
+        set(&mut settings.min_duration_ms, int(run, "min_duration"));
+        set(&mut settings.max_duration_ms, int(run, "max_duration"));
+        set(&mut settings.min_query_count, int(run, "min_query_count"));
+        set(&mut settings.max_query_count, int(run, "max_query_count"));
+        set(
+            &mut settings.performance_sample_count_override,
+            int(run, "performance_sample_count_override"),
+        );
+        set(
+            &mut settings.accuracy_sample_count_override,
+            int(run, "accuracy_sample_count_override"),
+        );
+
+        // Expected latencies are doubles, so fractional ms survive here
+        // (unlike the Server target_latency above).
+        set(
+            &mut settings.single_stream_expected_latency_ns,
+            float(ss, "target_latency").map(|v| v * 1_000_000.0),
+        );
+        set(
+            &mut settings.multi_stream_expected_latency_ns,
+            float(ms, "target_latency").map(|v| v * 1_000_000.0),
+        );
+        set(&mut settings.server_target_qps, float(server, "target_qps"));
+        set(
+            &mut settings.offline_expected_qps,
+            float(offline, "target_qps"),
+        );
+
+        set(
+            &mut settings.print_timestamps,
+            int(run, "print_timestamps").map(|v| v != 0),
+        );
+        set(
+            &mut settings.accuracy_log_rng_seed,
+            int(run, "accuracy_log_rng_seed"),
+        );
+        set(
+            &mut settings.accuracy_log_sampling_target,
+            int(run, "accuracy_log_sampling_target"),
+        );
+
+        match mode_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every key `apply` understands (the last part of `model.scenario.key`).
+pub const KEYS: &[&str] = &[
+    "mode",
+    "qsl_rng_seed",
+    "sample_index_rng_seed",
+    "schedule_rng_seed",
+    "accuracy_log_probability",
+    "test05",
+    "test05_qsl_rng_seed",
+    "test05_sample_index_rng_seed",
+    "test05_schedule_rng_seed",
+    "use_token_latencies",
+    "ttft_latency",
+    "tpot_latency",
+    "infer_token_latencies",
+    "token_latency_scaling_factor",
+    "target_latency_percentile",
+    "samples_per_query",
+    "target_latency",
+    "performance_issue_unique",
+    "performance_issue_same",
+    "performance_issue_same_index",
+    "sample_concatenate_permutation",
+    "coalesce_queries",
+    "max_async_queries",
+    "min_duration",
+    "max_duration",
+    "min_query_count",
+    "max_query_count",
+    "performance_sample_count_override",
+    "accuracy_sample_count_override",
+    "target_qps",
+    "print_timestamps",
+    "accuracy_log_rng_seed",
+    "accuracy_log_sampling_target",
+];
+
+/// Keys only an mlperf.conf may set (the rules' seeds and sampling); a
+/// user.conf line with one of them is ignored, as upstream does.
+pub const MLPERF_CONF_KEYS: &[&str] = &[
+    "qsl_rng_seed",
+    "sample_index_rng_seed",
+    "schedule_rng_seed",
+    "accuracy_log_probability",
+    "test05",
+    "test05_qsl_rng_seed",
+    "test05_sample_index_rng_seed",
+    "test05_schedule_rng_seed",
+];
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+/// Applies an audit.config the way the engine does at test start: with model
+/// `*` (so only `*.` keys match) and the settings' own scenario.
+pub fn apply_audit(settings: &mut TestSettings, file: &ConfigFile) -> Result<(), ConfigError> {
+    let scenario = settings.scenario;
+    file.apply(settings, "*", scenario, ConfKind::AuditConfig)
+}
+
+/// Where the settings of a command-line run come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettingsSources {
+    pub model: String,
+    pub scenario: Scenario,
+    /// Replaces the built-in mlperf.conf as a whole; `None` = built-in.
+    pub mlperf_conf: Option<PathBuf>,
+    pub user_conf: Option<PathBuf>,
+    /// Wins over any `mode` key of the config files.
+    pub mode: Option<TestMode>,
+}
+
+impl SettingsSources {
+    /// Defaults < mlperf.conf < user.conf < explicit mode. The scenario is
+    /// set first and never changed by the files.
+    pub fn resolve(&self) -> Result<TestSettings, ConfigError> {
+        let mut settings = TestSettings {
+            scenario: self.scenario,
+            ..TestSettings::default()
+        };
+        let rules = match &self.mlperf_conf {
+            Some(path) => ConfigFile::read(path)?,
+            None => ConfigFile::builtin()?,
+        };
+        rules.apply(
+            &mut settings,
+            &self.model,
+            self.scenario,
+            ConfKind::MlperfConf,
+        )?;
+        if let Some(path) = &self.user_conf {
+            ConfigFile::read(path)?.apply(
+                &mut settings,
+                &self.model,
+                self.scenario,
+                ConfKind::UserConf,
+            )?;
+        }
+        if let Some(mode) = self.mode {
+            settings.mode = mode;
+        }
+        Ok(settings)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// C number syntax. Values are kept as text and converted at lookup time, as
+// upstream does; these scanners reproduce glibc's `strtoull` (base 0) and
+// `strtod` in the "C" locale.
+
+/// True when the whole token is one C integer (`strtoul`, base 0) or one C
+/// floating-point number (`strtod`).
+fn is_complete_number(token: &str) -> bool {
+    let b = token.as_bytes();
+    !b.is_empty()
+        && (scan_integer(b).end == b.len() || scan_float(b).map(|f| f.end) == Some(b.len()))
+}
+
+/// Result of scanning an integer prefix.
+struct IntScan {
+    /// Bytes consumed; 0 when there is no number at all.
+    end: usize,
+    /// The value as `strtoull` returns it (wrapped for `-`, saturated on
+    /// overflow).
+    value: u64,
+}
+
+fn scan_integer(b: &[u8]) -> IntScan {
+    let mut i = 0;
+    let negative = match b.first() {
+        Some(b'-') => {
+            i = 1;
+            true
+        }
+        Some(b'+') => {
+            i = 1;
+            false
+        }
+        _ => false,
+    };
+    let mut radix = 10;
+    if b.get(i) == Some(&b'0') {
+        if matches!(b.get(i + 1), Some(b'x' | b'X'))
+            && b.get(i + 2).is_some_and(|c| c.is_ascii_hexdigit())
+        {
+            radix = 16;
+            i += 2;
+        } else {
+            radix = 8;
+        }
+    }
+    let start = i;
+    let mut value: u64 = 0;
+    let mut overflow = false;
+    while let Some(d) = b.get(i).and_then(|&c| (c as char).to_digit(radix)) {
+        match value
+            .checked_mul(u64::from(radix))
+            .and_then(|v| v.checked_add(u64::from(d)))
+        {
+            Some(v) => value = v,
+            None => overflow = true,
+        }
+        i += 1;
+    }
+    if i == start {
+        return IntScan { end: 0, value: 0 };
+    }
+    let value = if overflow {
+        u64::MAX
+    } else if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    };
+    IntScan { end: i, value }
+}
+
+/// C `strtoull(text, NULL, 0)`: the longest integer prefix, 0 if none.
+fn strtoull(text: &str) -> u64 {
+    scan_integer(text.as_bytes()).value
+}
+
+/// C `strtod(text, NULL)`: the longest floating-point prefix, 0 if none.
+fn strtod(text: &str) -> f64 {
+    scan_float(text.as_bytes()).map_or(0.0, |f| f.value)
+}
+
+struct FloatScan {
+    end: usize,
+    value: f64,
+}
+
+fn scan_float(b: &[u8]) -> Option<FloatScan> {
+    let mut i = 0;
+    let negative = match b.first() {
+        Some(b'-') => {
+            i = 1;
+            true
+        }
+        Some(b'+') => {
+            i = 1;
+            false
+        }
+        _ => false,
+    };
+    let sign = if negative { -1.0 } else { 1.0 };
+    let rest = &b[i..];
+
+    if let Some(n) = scan_inf_nan(rest) {
+        return Some(FloatScan {
+            end: i + n.0,
+            value: sign * n.1,
+        });
+    }
+    if rest.len() >= 2 && rest[0] == b'0' && matches!(rest[1], b'x' | b'X') {
+        if let Some((len, value)) = scan_hex_float(&rest[2..]) {
+            return Some(FloatScan {
+                end: i + 2 + len,
+                value: sign * value,
+            });
+        }
+        // "0x" without hex digits: only the "0" is a number.
+    }
+
+    // Decimal: digits [. digits] [e [sign] digits], with at least one digit.
+    let mut j = i;
+    let int_digits = count_while(&b[j..], |c| c.is_ascii_digit());
+    j += int_digits;
+    let mut frac_digits = 0;
+    if b.get(j) == Some(&b'.') {
+        frac_digits = count_while(&b[j + 1..], |c| c.is_ascii_digit());
+        if int_digits + frac_digits > 0 {
+            j += 1 + frac_digits;
+        }
+    }
+    if int_digits + frac_digits == 0 {
+        return None;
+    }
+    if matches!(b.get(j), Some(b'e' | b'E')) {
+        let mut k = j + 1;
+        if matches!(b.get(k), Some(b'+' | b'-')) {
+            k += 1;
+        }
+        let exp_digits = count_while(&b[k.min(b.len())..], |c| c.is_ascii_digit());
+        if exp_digits > 0 {
+            j = k + exp_digits;
+        }
+    }
+    // The matched text is plain decimal syntax, which Rust converts with
+    // correct rounding, as glibc does.
+    let text = std::str::from_utf8(&b[i..j]).ok()?;
+    let value: f64 = text.parse().ok()?;
+    Some(FloatScan {
+        end: j,
+        value: sign * value,
+    })
+}
+
+fn count_while(b: &[u8], f: impl Fn(u8) -> bool) -> usize {
+    b.iter().take_while(|&&c| f(c)).count()
+}
+
+/// `inf`, `infinity`, `nan` and `nan(chars)`, case-insensitive.
+fn scan_inf_nan(b: &[u8]) -> Option<(usize, f64)> {
+    let starts =
+        |word: &str| b.len() >= word.len() && b[..word.len()].eq_ignore_ascii_case(word.as_bytes());
+    if starts("infinity") {
+        return Some((8, f64::INFINITY));
+    }
+    if starts("inf") {
+        return Some((3, f64::INFINITY));
+    }
+    if starts("nan") {
+        let mut len = 3;
+        if b.get(3) == Some(&b'(') {
+            let inner = count_while(&b[4..], |c| c.is_ascii_alphanumeric() || c == b'_');
+            if b.get(4 + inner) == Some(&b')') {
+                len = 5 + inner;
+            }
+        }
+        return Some((len, f64::NAN));
+    }
+    None
+}
+
+/// Significant bits of a hex float being scanned.
+struct HexMantissa {
+    /// Up to 60 leading significant bits.
+    bits: u64,
+    exp2: i64,
+    /// Whether any non-zero bit was dropped below `bits` (for rounding).
+    sticky: bool,
+}
+
+impl HexMantissa {
+    fn push(&mut self, digit: u32, fractional: bool) {
+        if self.bits >> 56 == 0 {
+            self.bits = (self.bits << 4) | u64::from(digit);
+            if fractional {
+                self.exp2 -= 4;
+            }
+        } else {
+            self.sticky |= digit != 0;
+            if !fractional {
+                self.exp2 += 4;
+            }
+        }
+    }
+}
+
+fn hex_digit(b: &[u8], i: usize) -> Option<u32> {
+    b.get(i).and_then(|&c| (c as char).to_digit(16))
+}
+
+/// Hex float body after `0x`: hex digits [. hex digits] [p [sign] digits],
+/// with at least one hex digit. Returns the length and the positive value.
+fn scan_hex_float(b: &[u8]) -> Option<(usize, f64)> {
+    let mut m = HexMantissa {
+        bits: 0,
+        exp2: 0,
+        sticky: false,
+    };
+    let mut i = 0;
+    let mut digits = 0;
+    while let Some(d) = hex_digit(b, i) {
+        m.push(d, false);
+        digits += 1;
+        i += 1;
+    }
+    if b.get(i) == Some(&b'.') {
+        let mut k = i + 1;
+        while let Some(d) = hex_digit(b, k) {
+            m.push(d, true);
+            digits += 1;
+            k += 1;
+        }
+        if digits > 0 {
+            i = k;
+        }
+    }
+    if digits == 0 {
+        return None;
+    }
+    if matches!(b.get(i), Some(b'p' | b'P')) {
+        let mut k = i + 1;
+        let negative = matches!(b.get(k), Some(b'-'));
+        if matches!(b.get(k), Some(b'+' | b'-')) {
+            k += 1;
+        }
+        let n = count_while(&b[k.min(b.len())..], |c| c.is_ascii_digit());
+        if n > 0 {
+            // Clamped: anything this large is already 0 or infinity.
+            let e = b[k..k + n].iter().fold(0i64, |acc, &c| {
+                (acc * 10 + i64::from(c - b'0')).min(1 << 20)
+            });
+            m.exp2 += if negative { -e } else { e };
+            i = k + n;
+        }
+    }
+    Some((i, compose_binary(m.bits, m.sticky, m.exp2)))
+}
+
+/// `mantissa × 2^exp2` rounded to nearest-even, with `sticky` standing for
+/// non-zero bits below the mantissa.
+fn compose_binary(mut mantissa: u64, sticky: bool, mut exp2: i64) -> f64 {
+    if mantissa == 0 {
+        return 0.0;
+    }
+    let bits = 64 - i64::from(mantissa.leading_zeros());
+    if bits > 53 {
+        let shift = (bits - 53) as u32;
+        let dropped = mantissa & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        mantissa >>= shift;
+        exp2 += i64::from(shift);
+        let above_half = dropped > half || (dropped == half && sticky);
+        let tie = dropped == half && !sticky;
+        if above_half || (tie && mantissa & 1 == 1) {
+            mantissa += 1;
+        }
+    }
+    // Scale in steps so intermediate powers of two stay finite.
+    let mut value = mantissa as f64;
+    while exp2 > 0 {
+        let step = exp2.min(1000);
+        value *= 2f64.powi(step as i32);
+        exp2 -= step;
+    }
+    while exp2 < 0 {
+        let step = (-exp2).min(1000);
+        value *= 2f64.powi(-(step as i32));
+        exp2 += step;
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ConfigFile, Vec<ConfigError>> {
+        ConfigFile::parse("user.conf", text)
+    }
+
+    #[test]
+    fn builtin_parses() {
+        let f = ConfigFile::builtin().expect("built-in mlperf.conf must parse");
+        assert_eq!(f.get("*.*.qsl_rng_seed"), Some("2085463073848966840"));
+        assert!(f.len() > 100);
+    }
+
+    #[test]
+    fn line_syntax() {
+        let f = parse("a=1\nb = 2\n# c = 3\nd = \ne # = 4\n f  =  0x10 \t\r\ng = 1 2\n").unwrap();
+        assert_eq!(f.get("a=1"), None);
+        assert_eq!(f.get("b"), Some("2"));
+        assert_eq!(f.get("c"), None);
+        assert_eq!(f.get("d"), None);
+        assert_eq!(f.get("e"), None);
+        assert_eq!(f.get("f"), Some("0x10"));
+        assert_eq!(f.get("g"), Some("2"));
+        assert_eq!(f.len(), 3);
+    }
+
+    #[test]
+    fn all_errors_reported_with_lines() {
+        let errs = parse("a = 1 # x\nok = 1\nb =2\nc = abc\nd = 1 =\n").unwrap_err();
+        let lines: Vec<_> =
+            errs.iter()
+                .map(|e| match e {
+                    ConfigError::ExpectedEquals { line, .. }
+                    | ConfigError::NotANumber { line, .. } => *line,
+                    _ => 0,
+                })
+                .collect();
+        assert_eq!(lines, [1, 3, 4, 5]);
+        let msg = errs[0].to_string();
+        assert!(
+            msg.starts_with("user.conf:1: value needs to be integer or double"),
+            "{msg}"
+        );
+        assert!(msg.contains("comment"), "{msg}");
+        assert_eq!(
+            errs[1].to_string(),
+            "user.conf:3: expected 'key = value' with spaces around '=', found `=2` after key `b`"
+        );
+        assert_eq!(errs[1].detail_messages(), ["expected 'key=value', line=3"]);
+        assert_eq!(
+            errs[2].detail_messages(),
+            ["value needs to be integer or double, line=4"]
+        );
+    }
+
+    #[test]
+    fn number_syntax() {
+        for ok in [
+            "0",
+            "-1",
+            "+7",
+            "010",
+            "0x1F",
+            "0X1f",
+            "1.5",
+            ".5",
+            "5.",
+            "1e3",
+            "1E+3",
+            "2.5e-3",
+            "08",
+            "09.5",
+            "inf",
+            "-Infinity",
+            "nan",
+            "NAN(abc_1)",
+            "0x1.8p3",
+            "0x.8",
+            "0x1p-2",
+            "99999999999999999999999",
+        ] {
+            assert!(is_complete_number(ok), "{ok} should be a number");
+        }
+        for bad in [
+            "", "abc", "1e", "1e+", "0x", "0xg", "1.2.3", "--1", "+-1", "1,5", "nan(", "infx",
+            "1f", ".", "-", "#", "e5", "0x1p",
+        ] {
+            assert!(!is_complete_number(bad), "{bad} should not be a number");
+        }
+    }
+
+    #[test]
+    fn integer_conversion() {
+        assert_eq!(strtoull("010"), 8);
+        assert_eq!(strtoull("0x10"), 16);
+        assert_eq!(strtoull("1.9"), 1);
+        assert_eq!(strtoull("0.5"), 0);
+        assert_eq!(strtoull("-1"), u64::MAX);
+        assert_eq!(strtoull("-2"), u64::MAX - 1);
+        assert_eq!(strtoull("99999999999999999999999"), u64::MAX);
+        assert_eq!(strtoull("-99999999999999999999999"), u64::MAX);
+        assert_eq!(strtoull("18446744073709551615"), u64::MAX);
+        assert_eq!(strtoull("1e3"), 1);
+        assert_eq!(strtoull("08"), 0);
+        assert_eq!(strtoull("0x"), 0);
+        assert_eq!(strtoull("inf"), 0);
+        assert_eq!(strtoull(".5"), 0);
+    }
+
+    #[test]
+    fn float_conversion() {
+        assert_eq!(strtod("010"), 10.0);
+        assert_eq!(strtod("0x10"), 16.0);
+        assert_eq!(strtod("0x1.8p3"), 12.0);
+        assert_eq!(strtod("0x.8"), 0.5);
+        assert_eq!(strtod("5."), 5.0);
+        assert_eq!(strtod(".25"), 0.25);
+        assert_eq!(strtod("5.e1"), 50.0);
+        assert_eq!(strtod("1e999"), f64::INFINITY);
+        assert_eq!(strtod("-inf"), f64::NEG_INFINITY);
+        assert!(strtod("nan").is_nan());
+        assert_eq!(strtod("-0").to_bits(), (-0.0f64).to_bits());
+        assert_eq!(strtod("0.1"), 0.1);
+        assert_eq!(strtod("1e-320"), 1e-320);
+        assert_eq!(strtod("0x1.fffffffffffff8p0"), 2.0);
+        assert_eq!(strtod("0x1.fffffffffffff7p0"), 2.0 - f64::EPSILON);
+        assert_eq!(strtod("0x1p-1074"), 5e-324);
+    }
+
+    #[test]
+    fn lookup_precedence() {
+        let f = parse("*.*.x = 1\nm.*.x = 2\n*.S.x = 3\nm.S.x = 4\n").unwrap();
+        assert_eq!(f.lookup("m", "S", "x").unwrap().1.value, "4");
+        assert_eq!(f.lookup("n", "S", "x").unwrap().1.value, "3");
+        assert_eq!(f.lookup("m", "T", "x").unwrap().1.value, "2");
+        assert_eq!(f.lookup("n", "T", "x").unwrap().1.value, "1");
+        assert!(f.lookup("n", "T", "y").is_none());
+    }
+
+    #[test]
+    fn invalid_mode_applies_everything_else() {
+        let f = parse("*.*.mode = 7\n*.*.min_query_count = 5\n").unwrap();
+        let mut s = TestSettings::default();
+        let err = f
+            .apply(&mut s, "m", Scenario::Offline, ConfKind::UserConf)
+            .unwrap_err();
+        assert_eq!(s.mode, TestMode::PerformanceOnly);
+        assert_eq!(s.min_query_count, 5);
+        assert!(err
+            .to_string()
+            .starts_with("user.conf:1: Invalid value passed to Mode key"));
+        assert_eq!(
+            err.detail_messages(),
+            ["Invalid value passed to Mode key in config."]
+        );
+    }
+
+    #[test]
+    fn max_async_queries_goes_through_c_int() {
+        let f = parse("*.Server.max_async_queries = 0xFFFFFFFF\n").unwrap();
+        let mut s = TestSettings::default();
+        f.apply(&mut s, "m", Scenario::Server, ConfKind::UserConf)
+            .unwrap();
+        assert_eq!(s.server_max_async_queries, u64::MAX);
+        let f = parse("*.Server.max_async_queries = 0x100000003\n").unwrap();
+        f.apply(&mut s, "m", Scenario::Server, ConfKind::UserConf)
+            .unwrap();
+        assert_eq!(s.server_max_async_queries, 3);
+    }
+
+    #[test]
+    fn rule_keys_only_from_mlperf_conf() {
+        let f = parse("*.*.qsl_rng_seed = 9\n*.*.test05 = 1\n*.*.accuracy_log_probability = 50\n")
+            .unwrap();
+        let mut s = TestSettings::default();
+        f.apply(&mut s, "m", Scenario::Offline, ConfKind::AuditConfig)
+            .unwrap();
+        assert_eq!(s, TestSettings::default());
+        f.apply(&mut s, "m", Scenario::Offline, ConfKind::MlperfConf)
+            .unwrap();
+        assert_eq!(s.qsl_rng_seed, 9);
+        assert!(s.test05);
+        assert_eq!(s.accuracy_log_probability, 0.5);
+    }
+
+    #[test]
+    fn audit_uses_wildcard_model_and_own_scenario() {
+        let f =
+            parse("*.Server.min_query_count = 3\nresnet50.Server.min_query_count = 4\n").unwrap();
+        let mut s = TestSettings {
+            scenario: Scenario::Server,
+            ..TestSettings::default()
+        };
+        apply_audit(&mut s, &f).unwrap();
+        assert_eq!(s.min_query_count, 3);
+        assert_eq!(s.scenario, Scenario::Server);
+    }
+
+    #[test]
+    fn resolve_layers_sources() {
+        let dir = std::env::temp_dir().join(format!("loadgen-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let user = dir.join("user.conf");
+        std::fs::write(&user, "*.*.mode = 1\nresnet50.Offline.target_qps = 250\n").unwrap();
+        let mut src = SettingsSources {
+            model: "resnet50".into(),
+            scenario: Scenario::Offline,
+            mlperf_conf: None,
+            user_conf: Some(user.clone()),
+            mode: None,
+        };
+        let s = src.resolve().unwrap();
+        assert_eq!(s.scenario, Scenario::Offline);
+        assert_eq!(s.mode, TestMode::AccuracyOnly);
+        assert_eq!(s.offline_expected_qps, 250.0);
+        assert_eq!(s.min_query_count, 24576);
+        assert_eq!(s.qsl_rng_seed, 2085463073848966840);
+
+        src.mode = Some(TestMode::PerformanceOnly);
+        assert_eq!(src.resolve().unwrap().mode, TestMode::PerformanceOnly);
+
+        // A given mlperf.conf replaces the built-in one completely.
+        let rules = dir.join("mlperf.conf");
+        std::fs::write(&rules, "*.*.qsl_rng_seed = 5\n").unwrap();
+        src.mlperf_conf = Some(rules);
+        let s = src.resolve().unwrap();
+        assert_eq!(s.qsl_rng_seed, 5);
+        assert_eq!(s.min_query_count, 100);
+
+        src.user_conf = Some(dir.join("missing.conf"));
+        let err = src.resolve().unwrap_err();
+        assert!(err.is_not_found());
+        assert!(err.to_string().contains("missing.conf"), "{err}");
+
+        std::fs::write(&user, "*.*.mode = 1 # accuracy\n").unwrap();
+        src.user_conf = Some(user);
+        let err = src.resolve().unwrap_err();
+        assert!(err.is_syntax());
+        assert!(err.to_string().contains("user.conf:1:"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,80 @@
+//! Live figures of the series in progress, for a progress display. Written
+//! by the issuing loop (one relaxed store per query) and by the completion
+//! thread (off the timed path); read by anyone.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+/// How often the completion thread refreshes the running percentile.
+pub(crate) const PERCENTILE_EVERY_NS: i64 = 250_000_000;
+
+#[derive(Debug, Default)]
+pub struct LiveStats {
+    performance: AtomicBool,
+    series_start_ns: AtomicI64,
+    issued: AtomicU64,
+    completed: AtomicU64,
+    percentile_latency_ns: AtomicI64,
+    target_percentile_permille: AtomicU64,
+    target_latency_ns: AtomicI64,
+}
+
+/// A consistent-enough copy of the live figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LiveSnapshot {
+    /// True during performance series (accuracy series have no latency goal).
+    pub performance: bool,
+    /// Monotonic time of the series start, as [`crate::clock::MonoClock`] counts.
+    pub series_start_ns: i64,
+    pub issued: u64,
+    pub completed: u64,
+    /// Running latency at the target percentile (0 until measured).
+    pub percentile_latency_ns: i64,
+    pub target_percentile: f64,
+    /// The Server latency bound; 0 when the scenario has none.
+    pub target_latency_ns: i64,
+}
+
+impl LiveStats {
+    pub fn snapshot(&self) -> LiveSnapshot {
+        LiveSnapshot {
+            performance: self.performance.load(Ordering::Relaxed),
+            series_start_ns: self.series_start_ns.load(Ordering::Relaxed),
+            issued: self.issued.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+            percentile_latency_ns: self.percentile_latency_ns.load(Ordering::Relaxed),
+            target_percentile: self.target_percentile_permille.load(Ordering::Relaxed) as f64
+                / 1000.0,
+            target_latency_ns: self.target_latency_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn begin_series(
+        &self,
+        start_ns: i64,
+        performance: bool,
+        percentile: f64,
+        target_latency_ns: i64,
+    ) {
+        self.performance.store(performance, Ordering::Relaxed);
+        self.issued.store(0, Ordering::Relaxed);
+        self.completed.store(0, Ordering::Relaxed);
+        self.percentile_latency_ns.store(0, Ordering::Relaxed);
+        self.target_percentile_permille
+            .store((percentile * 1000.0).round() as u64, Ordering::Relaxed);
+        self.target_latency_ns
+            .store(target_latency_ns, Ordering::Relaxed);
+        self.series_start_ns.store(start_ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_issued(&self, n: u64) {
+        self.issued.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_completed(&self, n: u64) {
+        self.completed.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_percentile_latency(&self, ns: i64) {
+        self.percentile_latency_ns.store(ns, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,1068 @@
+//! `start_test`: runs a whole test against a SUT and a QSL and writes the
+//! four MLPerf logs (spec §3, §8, §9).
+//!
+//! The issuing loop is the only timed code here: take the next generated
+//! query, wait until it is due, publish its samples, hand them to the SUT,
+//! check the stop rules. Everything else is bookkeeping around it.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::accuracy_log::AccuracyLog;
+use crate::aggregator::{Aggregator, Control, LatencyBounds, SeriesConfig, SeriesData};
+use crate::clock::{self, MonoClock};
+use crate::completion::{Completer, Event};
+use crate::config::{self, ConfigFile};
+use crate::detail::{DetailLog, Location, LogValue};
+use crate::fmt::fixed6;
+use crate::here;
+use crate::live::LiveStats;
+use crate::loadable::{generate_loadable_sets, LoadableSet};
+use crate::querygen::{QueryGenerator, RunKind};
+use crate::results::{build_report, PerformanceReport, SeriesMeasurements};
+use crate::rng::Mt19937;
+use crate::settings::{EffectiveSettings, Scenario, TestMode, TestSettings};
+use crate::settings_log;
+use crate::summary::{self, BANNER};
+use crate::sut::{QuerySample, QuerySampleLibrary, SystemUnderTest};
+use crate::trace::TraceLog;
+
+/// Where and how the logs are written (spec §2.2).
+#[derive(Clone, Debug)]
+pub struct LogSettings {
+    pub outdir: PathBuf,
+    pub prefix: String,
+    pub suffix: String,
+    pub prefix_with_datetime: bool,
+    pub enable_trace: bool,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            outdir: PathBuf::from("."),
+            prefix: "mlperf_log_".into(),
+            suffix: String::new(),
+            prefix_with_datetime: false,
+            enable_trace: true,
+        }
+    }
+}
+
+/// An audit configuration to apply at test start (spec §4.7).
+pub struct AuditConfig {
+    /// Shown in the "Found Audit Config file" warning.
+    pub name: String,
+    pub file: ConfigFile,
+}
+
+/// What a test produced, besides its log files.
+#[derive(Clone, Debug, Default)]
+pub struct TestOutcome {
+    /// The performance result (PerformanceOnly, SubmissionRun, FindPeak).
+    pub performance: Option<PerformanceResult>,
+    pub warnings: u64,
+    pub errors: u64,
+    /// Set when the run was cut short (SUT failure, bad responses).
+    pub run_error: Option<String>,
+    pub accuracy_entries: u64,
+    pub summary_path: PathBuf,
+    pub detail_path: PathBuf,
+    pub accuracy_path: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+pub struct PerformanceResult {
+    pub valid: bool,
+    pub summary: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the output directory {path}: {source}")]
+    OutputDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the completion-processing thread failed: {0}")]
+    Aggregator(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |source| RunError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Runs the whole test synchronously and returns once every log is closed.
+pub fn start_test(
+    sut: &dyn SystemUnderTest,
+    qsl: &dyn QuerySampleLibrary,
+    requested: &TestSettings,
+    log_settings: &LogSettings,
+    audit: Option<&AuditConfig>,
+) -> Result<TestOutcome, RunError> {
+    let live = Arc::new(LiveStats::default());
+    start_test_with_live(sut, qsl, requested, log_settings, audit, live)
+}
+
+/// [`start_test`], publishing the running series' figures in `live` (for a
+/// progress display on another thread).
+pub fn start_test_with_live(
+    sut: &dyn SystemUnderTest,
+    qsl: &dyn QuerySampleLibrary,
+    requested: &TestSettings,
+    log_settings: &LogSettings,
+    audit: Option<&AuditConfig>,
+    live: Arc<LiveStats>,
+) -> Result<TestOutcome, RunError> {
+    let start_wall = SystemTime::now();
+    let datetime = clock::test_datetime(start_wall);
+    std::fs::create_dir_all(&log_settings.outdir).map_err(|source| RunError::OutputDir {
+        path: log_settings.outdir.clone(),
+        source,
+    })?;
+    let path = |kind: &str| {
+        let dt = if log_settings.prefix_with_datetime {
+            format!("{datetime}_")
+        } else {
+            String::new()
+        };
+        log_settings.outdir.join(format!(
+            "{}{dt}{kind}{}",
+            log_settings.prefix, log_settings.suffix
+        ))
+    };
+    let (summary_path, detail_path) = (path("summary.txt"), path("detail.txt"));
+    let (accuracy_path, trace_path) = (path("accuracy.json"), path("trace.json"));
+    let create = |p: &Path| File::create(p).map(BufWriter::new).map_err(io_err(p));
+    let summary_out = create(&summary_path)?;
+    let detail_out = create(&detail_path)?;
+    let accuracy_out = create(&accuracy_path)?;
+    // Created even without tracing, as upstream does.
+    let trace_out = create(&trace_path)?;
+
+    let clock = MonoClock::start();
+    let accuracy = AccuracyLog::new(accuracy_out).map_err(io_err(&accuracy_path))?;
+    let trace = if log_settings.enable_trace {
+        Some(
+            TraceLog::new(trace_out, clock::unix_us(SystemTime::now()))
+                .map_err(io_err(&trace_path))?,
+        )
+    } else {
+        None
+    };
+    let (tx, rx) = mpsc::channel::<Event>();
+    let aggregator_live = live.clone();
+    let aggregator = thread::Builder::new()
+        .name("loadgen-completions".into())
+        .spawn(move || Aggregator::new(accuracy, trace, aggregator_live).run(rx))
+        .map_err(|e| RunError::Aggregator(e.to_string()))?;
+
+    let mut test = Test {
+        sut,
+        qsl,
+        clock,
+        detail: DetailLog::new(detail_out),
+        detail_path: detail_path.clone(),
+        summary_out,
+        summary_path: summary_path.clone(),
+        completer: None,
+        events: tx,
+        enable_trace: log_settings.enable_trace,
+        next_seq: 0,
+        next_query_seq: 0,
+        issued_total: 0,
+        acc_value_rng: Mt19937::new(5489),
+        sut_name: String::new(),
+        run_error: None,
+        performance: None,
+        live,
+    };
+    let run = test.run(requested, audit, &datetime);
+    let reported = run.is_ok().then(|| test.sut_report()).transpose();
+
+    // Close everything, whatever happened, so no log is left truncated.
+    let footer = summary::footer(test.detail.warnings(), test.detail.errors());
+    let summary_written = test
+        .summary_out
+        .write_all(footer.as_bytes())
+        .and_then(|_| test.summary_out.flush())
+        .map_err(io_err(&summary_path));
+    let detail_written = test.detail.flush().map_err(io_err(&detail_path));
+    let _ = test.events.send(Event::Control(Control::Finish));
+    let (accuracy, trace, agg_io) = aggregator
+        .join()
+        .map_err(|_| RunError::Aggregator("it panicked".into()))?;
+    let accuracy_entries = accuracy.entries();
+    accuracy.finish().map_err(io_err(&accuracy_path))?;
+    if let Some(t) = trace {
+        t.finish().map_err(io_err(&trace_path))?;
+    }
+    if let Some(e) = agg_io {
+        return Err(RunError::Io {
+            path: accuracy_path,
+            source: e,
+        });
+    }
+    run?;
+    reported?;
+    summary_written?;
+    detail_written?;
+    Ok(TestOutcome {
+        performance: test.performance.take(),
+        warnings: test.detail.warnings(),
+        errors: test.detail.errors(),
+        run_error: test.run_error.take(),
+        accuracy_entries,
+        summary_path,
+        detail_path,
+        accuracy_path,
+    })
+}
+
+struct Test<'a> {
+    sut: &'a dyn SystemUnderTest,
+    qsl: &'a dyn QuerySampleLibrary,
+    clock: MonoClock,
+    detail: DetailLog<BufWriter<File>>,
+    detail_path: PathBuf,
+    summary_out: BufWriter<File>,
+    summary_path: PathBuf,
+    completer: Option<Completer>,
+    events: mpsc::Sender<Event>,
+    enable_trace: bool,
+    /// Sample and query sequence ids run on across series and phases.
+    next_seq: u64,
+    next_query_seq: u64,
+    issued_total: u64,
+    /// Upstream's default-seeded accuracy-log stream: one draw per generated
+    /// sample over the whole test (spec §5.3).
+    acc_value_rng: Mt19937,
+    sut_name: String,
+    run_error: Option<String>,
+    performance: Option<PerformanceResult>,
+    live: Arc<LiveStats>,
+}
+
+/// How one series ended.
+struct SeriesOutcome {
+    data: SeriesData,
+    queries_issued: u64,
+    final_query_scheduled_ns: i64,
+    final_query_issued_ns: i64,
+}
+
+impl<'a> Test<'a> {
+    fn log(&mut self, key: &str, value: impl Into<LogValue>, at: Location) -> Result<(), RunError> {
+        let now = self.clock.now_ns();
+        self.detail
+            .log(key, &value.into(), now, at)
+            .map_err(io_err(&self.detail_path))
+    }
+
+    fn fail(&mut self, reason: String, at: Location) -> Result<(), RunError> {
+        self.log("error_runtime", reason.clone(), at)?;
+        self.run_error.get_or_insert(reason);
+        Ok(())
+    }
+
+    fn run(
+        &mut self,
+        requested: &TestSettings,
+        audit: Option<&AuditConfig>,
+        datetime: &str,
+    ) -> Result<(), RunError> {
+        let name_start = Instant::now();
+        let name = self.sut.name();
+        let name_ns = name_start.elapsed().as_nanos() as u64;
+
+        self.log_version_block()?;
+        self.log("test_datetime", datetime, here!())?;
+        let name = match name {
+            Ok(n) => n,
+            Err(e) => {
+                self.log("sut_name", "", here!())?;
+                return self.fail(format!("Could not get the SUT name: {e}"), here!());
+            }
+        };
+        self.sut_name = name.clone();
+        self.log("sut_name", name, here!())?;
+        self.log("get_sut_name_duration_ns", name_ns, here!())?;
+        self.log("qsl_name", self.qsl.name(), here!())?;
+        let total = self.qsl.total_sample_count();
+        let perf = self.qsl.performance_sample_count();
+        self.log("qsl_reported_total_count", total as u64, here!())?;
+        self.log("qsl_reported_performance_count", perf as u64, here!())?;
+
+        let mut settings = requested.clone();
+        if let Some(a) = audit {
+            self.log(
+                "warning_generic_message",
+                format!(
+                    "Found Audit Config file ({}). Overriding TestSettings from audit.config file.",
+                    a.name
+                ),
+                here!(),
+            )?;
+            if let Err(e) = config::apply_audit(&mut settings, &a.file) {
+                self.log("error_invalid_config", e.to_string(), here!())?;
+            }
+        }
+        if settings.test05 {
+            self.log(
+                "warning_generic_message",
+                "Test05 flag detected Overriding random seeds",
+                here!(),
+            )?;
+            settings.mode = TestMode::PerformanceOnly;
+            settings.qsl_rng_seed = requested.test05_qsl_rng_seed;
+            settings.sample_index_rng_seed = requested.test05_sample_index_rng_seed;
+            settings.schedule_rng_seed = requested.test05_schedule_rng_seed;
+        }
+
+        let (eff, problems) = EffectiveSettings::derive(&settings, total, perf);
+        for (key, value) in settings_log::requested_entries(&settings) {
+            self.log(key, value, here!())?;
+        }
+        for (key, value) in settings_log::effective_entries(&eff) {
+            self.log(key, value, here!())?;
+        }
+        for p in problems {
+            self.log("error_invalid_test_settings", p, here!())?;
+        }
+
+        let capacity = ring_capacity(&eff);
+        self.completer = Some(Completer::new(
+            self.clock,
+            capacity,
+            self.events.clone(),
+            self.enable_trace,
+        ));
+
+        match eff.mode {
+            TestMode::AccuracyOnly => self.accuracy_phase(&eff),
+            TestMode::PerformanceOnly => self.performance_phase(&eff),
+            TestMode::SubmissionRun => {
+                self.accuracy_phase(&eff)?;
+                if self.run_error.is_none() {
+                    self.performance_phase(&eff)?;
+                }
+                Ok(())
+            }
+            TestMode::FindPeakPerformance => self.find_peak(&eff),
+        }
+    }
+
+    fn log_version_block(&mut self) -> Result<(), RunError> {
+        let version = format!("6.0.17 @ loadgen-node {}", env!("CARGO_PKG_VERSION"));
+        self.log("loadgen_version", version, here!())?;
+        self.log("loadgen_build_date_local", "NA", here!())?;
+        self.log("loadgen_build_date_utc", "NA", here!())?;
+        self.log("loadgen_git_commit_date", "NA", here!())?;
+        self.log("loadgen_git_log_message", "NA", here!())?;
+        self.log("loadgen_git_status_message", "NA", here!())?;
+        self.log("loadgen_file_sha1", LogValue::Map(Vec::new()), here!())
+    }
+
+    fn completer(&self) -> Completer {
+        // Set before any phase runs.
+        self.completer
+            .clone()
+            .unwrap_or_else(|| unreachable!("completer is created before the first series"))
+    }
+
+    fn load(&mut self, set: &LoadableSet) -> Result<bool, RunError> {
+        self.log(
+            "loaded_qsl_set",
+            LogValue::Indices(set.samples.clone()),
+            here!(),
+        )?;
+        let t0 = self.clock.now_ns();
+        let r = self.qsl.load_samples(&set.samples);
+        self.span("LoadSamples", t0, set.samples.len());
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                self.fail(format!("The QSL could not load samples: {e}"), here!())?;
+                Ok(false)
+            }
+        }
+    }
+
+    fn unload(&mut self, set: &LoadableSet) -> Result<(), RunError> {
+        let t0 = self.clock.now_ns();
+        let r = self.qsl.unload_samples(&set.samples);
+        self.span("UnloadSampes", t0, set.samples.len());
+        if let Err(e) = r {
+            self.fail(format!("The QSL could not unload samples: {e}"), here!())?;
+        }
+        Ok(())
+    }
+
+    fn span(&self, name: &'static str, start_ns: i64, count: usize) {
+        if self.enable_trace {
+            let dur_ns = self.clock.now_ns() - start_ns;
+            let _ = self.events.send(Event::Control(Control::Span {
+                name,
+                start_ns,
+                dur_ns,
+                args: vec![("count", count as u64)],
+            }));
+        }
+    }
+
+    fn accuracy_phase(&mut self, eff: &EffectiveSettings) -> Result<(), RunError> {
+        self.log("generic_message", "Starting accuracy mode", here!())?;
+        let total = self.qsl.total_sample_count();
+        let sets = generate_loadable_sets(eff, eff.accuracy_sample_count as usize, total);
+        for set in &sets {
+            if !self.load(set)? {
+                return Ok(());
+            }
+            self.run_series(eff, set, RunKind::Accuracy)?;
+            self.unload(set)?;
+            if self.run_error.is_some() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn performance_set(
+        &mut self,
+        eff: &EffectiveSettings,
+    ) -> Result<Option<LoadableSet>, RunError> {
+        let total = self.qsl.total_sample_count();
+        let set = generate_loadable_sets(eff, eff.performance_sample_count as usize, total)
+            .into_iter()
+            .next();
+        if set.is_none() {
+            self.fail(
+                "The performance set is empty: the QSL reports no samples.".into(),
+                here!(),
+            )?;
+        }
+        Ok(set)
+    }
+
+    fn performance_phase(&mut self, eff: &EffectiveSettings) -> Result<(), RunError> {
+        self.log("generic_message", "Starting performance mode", here!())?;
+        let Some(set) = self.performance_set(eff)? else {
+            return Ok(());
+        };
+        if !self.load(&set)? {
+            return Ok(());
+        }
+        let report = self.performance_run(eff, &set)?;
+        self.write_report(&report)?;
+        self.unload(&set)
+    }
+
+    /// One performance series and its report (not yet written).
+    fn performance_run(
+        &mut self,
+        eff: &EffectiveSettings,
+        set: &LoadableSet,
+    ) -> Result<PerformanceReport, RunError> {
+        let outcome = self.run_series(eff, set, RunKind::Performance)?;
+        let d = &outcome.data;
+        let m = SeriesMeasurements {
+            sample_latencies: d.sample_latencies.clone(),
+            query_latencies: d.query_latencies.clone(),
+            ttft: d.ttft.clone(),
+            tpot: d.tpot.clone(),
+            token_count: d.token_count,
+            queries_issued: outcome.queries_issued,
+            max_latency_ns: d.max_latency_ns,
+            final_query_scheduled_ns: outcome.final_query_scheduled_ns,
+            final_query_issued_ns: outcome.final_query_issued_ns,
+            final_query_all_samples_done_ns: d.final_query_done_ns.unwrap_or(d.last_completed_ns),
+        };
+        // Upstream asks the SUT for its name again when it builds the summary;
+        // a failed run keeps the name it has, as the SUT may be unreachable.
+        let name = match self.run_error {
+            None => self.sut.name().unwrap_or_else(|_| self.sut_name.clone()),
+            Some(_) => self.sut_name.clone(),
+        };
+        Ok(build_report(eff, &m, &name, self.run_error.as_deref()))
+    }
+
+    /// Logs what the SUT reports about the run: detail records, and a block
+    /// at the end of the summary (before its footer).
+    fn sut_report(&mut self) -> Result<(), RunError> {
+        let facts = self.sut.report();
+        if facts.is_empty() {
+            return Ok(());
+        }
+        let mut block = format!("\n{BANNER}\nSystem under test\n{BANNER}\n");
+        for (key, value) in facts {
+            block.push_str(&format!("{key} : {value}\n"));
+            self.log(&key, value, here!())?;
+        }
+        self.summary_out
+            .write_all(block.as_bytes())
+            .map_err(io_err(&self.summary_path))
+    }
+
+    fn write_report(&mut self, report: &PerformanceReport) -> Result<(), RunError> {
+        self.summary_out
+            .write_all(report.summary.as_bytes())
+            .map_err(io_err(&self.summary_path))?;
+        for (key, value) in &report.detail {
+            self.log(key, value.clone(), here!())?;
+        }
+        let errors = self.detail.errors();
+        self.log("num_errors", errors, here!())?;
+        self.performance = Some(PerformanceResult {
+            valid: report.valid,
+            summary: report.summary.clone(),
+        });
+        Ok(())
+    }
+
+    /// FindPeakPerformance (spec §9.4): widen, then bisect the Server QPS.
+    fn find_peak(&mut self, eff: &EffectiveSettings) -> Result<(), RunError> {
+        if eff.scenario != Scenario::Server {
+            return self.log(
+                "error_invalid_config",
+                "Finding peak performance is only supported in Server scenarios.",
+                here!(),
+            );
+        }
+        self.log(
+            "generic_message",
+            "Starting FindPeakPerformance mode",
+            here!(),
+        )?;
+        let Some(set) = self.performance_set(eff)? else {
+            return Ok(());
+        };
+        let at = |qps: f64| EffectiveSettings {
+            target_qps: qps,
+            ..eff.clone()
+        };
+
+        self.log(
+            "generic_message",
+            format!(
+                "FindPeakPerformance: Check validity of the base settings field: {}",
+                fixed6(eff.target_qps)
+            ),
+            here!(),
+        )?;
+        if !self.load(&set)? {
+            return Ok(());
+        }
+        let base = self.performance_run(eff, &set)?;
+        if !base.perf_constraints_met || self.run_error.is_some() {
+            self.log(
+                "error_runtime",
+                "FindPeakPerformance: Initial lower bound does not satisfy performance constraints, msg: Reduce target QPS to improve latency.",
+                here!(),
+            )?;
+            self.write_report(&base)?;
+            return self.unload(&set);
+        }
+        self.unload(&set)?;
+
+        let mut lower = eff.target_qps;
+        let mut best = base;
+        let mut upper;
+        loop {
+            upper = lower * (1.0 + eff.server_find_peak_qps_boundary_step_size);
+            self.log(
+                "generic_message",
+                format!(
+                    "FindBoundaries: Checking fields [{}, {})",
+                    fixed6(lower),
+                    fixed6(upper)
+                ),
+                here!(),
+            )?;
+            if !self.load(&set)? {
+                return Ok(());
+            }
+            let r = self.performance_run(&at(upper), &set)?;
+            self.unload(&set)?;
+            if self.run_error.is_some() {
+                return self.write_report(&r);
+            }
+            if !r.perf_constraints_met {
+                break;
+            }
+            lower = upper;
+            best = r;
+        }
+        self.log(
+            "generic_message",
+            format!(
+                "FindPeakPerformance: Found boundaries: [{}, {})",
+                fixed6(lower),
+                fixed6(upper)
+            ),
+            here!(),
+        )?;
+        if !self.load(&set)? {
+            return Ok(());
+        }
+        let scale = 10f64.powi(eff.server_find_peak_qps_decimals_of_precision);
+        while (lower * scale).floor() + 1.0 < (upper * scale).floor() {
+            let mid = lower + (upper - lower) / 2.0;
+            self.log(
+                "generic_message",
+                format!(
+                    "FindPeakPerformanceBinarySearch: Testing the mid value of bounds [{}, {}): {}",
+                    fixed6(lower),
+                    fixed6(upper),
+                    fixed6(mid)
+                ),
+                here!(),
+            )?;
+            let r = self.performance_run(&at(mid), &set)?;
+            if self.run_error.is_some() {
+                best = r;
+                break;
+            }
+            if r.perf_constraints_met {
+                lower = mid;
+                best = r;
+            } else {
+                upper = mid;
+            }
+        }
+        self.log(
+            "generic_message",
+            format!(
+                "FindPeakPerformance: Found peak performance field: {}",
+                fixed6(lower)
+            ),
+            here!(),
+        )?;
+        self.write_report(&best)?;
+        self.unload(&set)
+    }
+
+    /// Generates and issues one series of queries, then waits for all answers.
+    fn run_series(
+        &mut self,
+        eff: &EffectiveSettings,
+        set: &LoadableSet,
+        kind: RunKind,
+    ) -> Result<SeriesOutcome, RunError> {
+        let plan = QueryGenerator::plan(eff, set, kind);
+        self.log("generated_query_count", plan.query_count, here!())?;
+        self.log(
+            "generated_samples_per_query",
+            plan.samples_per_query,
+            here!(),
+        )?;
+        self.log("generated_query_duration", plan.duration_ns, here!())?;
+        // On disk before issuing starts: a run that is killed or hangs still
+        // shows its settings and how far it got.
+        self.detail.flush().map_err(io_err(&self.detail_path))?;
+
+        let completer = self.completer();
+        let accuracy = kind == RunKind::Accuracy;
+        let scenario = eff.scenario;
+        let sampling = AccuracySampling::new(eff, accuracy);
+        let use_tokens = eff.use_token_latencies;
+        completer.send(Event::Control(Control::BeginSeries(SeriesConfig {
+            multi_stream_spq: (scenario == Scenario::MultiStream).then_some(plan.samples_per_query),
+            use_tokens,
+            first_token_expected: use_tokens && scenario != Scenario::Offline,
+            server_trace: scenario == Scenario::Server,
+            latency_bounds: (scenario == Scenario::Server).then_some(LatencyBounds {
+                latency_ns: eff.target_latency_ns as i64,
+                ttft_ns: eff.server_ttft_latency as i64,
+                tpot_ns: eff.server_tpot_latency as i64,
+            }),
+            live_percentile: eff.target_latency_percentile,
+        })));
+
+        let mut gen = QueryGenerator::new(eff, set, kind);
+        let mut indices = Vec::new();
+        let mut lookahead: Option<i64> = None;
+        let mut next_indices = Vec::new();
+        let mut samples: Vec<QuerySample> = Vec::new();
+        let mut generated_samples = 0u64;
+        let mut generated_queries = 0u64;
+        let mut queries_issued = 0u64;
+        let mut stopped = false;
+        let mut last = (0i64, 0i64, None::<u64>); // scheduled, issued, query seq
+        let series_first_completion = self.issued_total;
+        let clock = self.clock;
+        let start = clock.now_ns();
+        let start_wall = SystemTime::now();
+        let target_latency = if scenario == Scenario::Server {
+            eff.target_latency_ns as i64
+        } else {
+            0
+        };
+        self.live.begin_series(
+            start,
+            !accuracy,
+            eff.target_latency_percentile,
+            target_latency,
+        );
+
+        loop {
+            let offset = match lookahead.take() {
+                Some(o) => {
+                    std::mem::swap(&mut indices, &mut next_indices);
+                    o
+                }
+                None => match gen.next_query(&mut indices) {
+                    Some(o) => o,
+                    None => break,
+                },
+            };
+            let (scheduled, issued) = match scenario {
+                Scenario::SingleStream | Scenario::MultiStream => {
+                    if !completer.wait_for(self.issued_total) {
+                        // Aborted: this query was generated but never issued.
+                        generated_queries += 1;
+                        generated_samples += indices.len() as u64;
+                        self.skip_query(indices.len());
+                        break;
+                    }
+                    let now = clock.now_ns();
+                    (now, now)
+                }
+                Scenario::Server => {
+                    let due = start + offset;
+                    (due, wait_until(&completer, due))
+                }
+                Scenario::Offline => (start, clock.now_ns()),
+            };
+            if completer.aborted() {
+                generated_queries += 1;
+                generated_samples += indices.len() as u64;
+                self.skip_query(indices.len());
+                break;
+            }
+
+            samples.clear();
+            self.publish(
+                &completer,
+                &sampling,
+                &indices,
+                scheduled,
+                issued,
+                &mut samples,
+            );
+            generated_queries += 1;
+            generated_samples += indices.len() as u64;
+            queries_issued += 1;
+            last = (scheduled, issued, Some(self.next_query_seq - 1));
+
+            // Coalescing: overdue Server queries join this IssueQuery call,
+            // each keeping its own scheduled time.
+            if scenario == Scenario::Server && eff.server_coalesce_queries && !accuracy {
+                while let Some(o) = gen.next_query(&mut next_indices) {
+                    if start + o > issued {
+                        lookahead = Some(o);
+                        break;
+                    }
+                    self.publish(
+                        &completer,
+                        &sampling,
+                        &next_indices,
+                        start + o,
+                        issued,
+                        &mut samples,
+                    );
+                    generated_queries += 1;
+                    generated_samples += next_indices.len() as u64;
+                    queries_issued += 1;
+                    last = (start + o, issued, Some(self.next_query_seq - 1));
+                }
+            }
+
+            self.sut.issue_query(&samples, &completer);
+            self.issued_total += samples.len() as u64;
+            self.live
+                .set_issued(self.issued_total - series_first_completion);
+
+            if accuracy {
+                continue;
+            }
+            if let Some(msg) = stop_rule(eff, queries_issued, issued - start, || {
+                completer.completed() - series_first_completion
+            }) {
+                stopped = true;
+                if msg.natural {
+                    self.log("generic_message", msg.text, here!())?;
+                } else {
+                    self.log("error_runtime", msg.text, here!())?;
+                }
+                break;
+            }
+        }
+
+        // Queries generated but never issued still consume sequence ids and
+        // accuracy-log draws, as in upstream's pre-generated list.
+        if let Some(o) = lookahead {
+            let _ = o;
+            generated_queries += 1;
+            generated_samples += next_indices.len() as u64;
+            self.skip_query(next_indices.len());
+        }
+        let rest_samples = plan.sample_count.saturating_sub(generated_samples);
+        let rest_queries = plan.query_count.saturating_sub(generated_queries);
+        self.next_seq += rest_samples;
+        self.next_query_seq += rest_queries;
+        for _ in 0..rest_samples {
+            self.acc_value_rng.canonical();
+        }
+
+        self.sut.flush_queries();
+        if !accuracy && !stopped && !completer.aborted() && scenario != Scenario::Server {
+            self.log(
+                "error_runtime",
+                "Ending early: Ran out of generated queries to issue before the minimum query count and test duration were reached. Please update the relevant expected latency or target qps in the TestSettings so they are more accurate.",
+                here!(),
+            )?;
+        }
+        completer.wait_for(self.issued_total);
+        if let Some(reason) = completer.abort_reason() {
+            if self.run_error.is_none() {
+                self.fail(format!("Run aborted: {reason}"), here!())?;
+            }
+        }
+
+        let (tx, rx) = mpsc::channel();
+        completer.send(Event::Control(Control::EndSeries {
+            final_query_seq: last.2,
+            reply: tx,
+        }));
+        let data = rx
+            .recv()
+            .map_err(|_| RunError::Aggregator("it stopped before the series ended".into()))?;
+        let mut response_errors = 0;
+        for e in &data.errors {
+            response_errors += 1;
+            self.log("error_runtime", e.clone(), here!())?;
+        }
+        if response_errors > 0 && self.run_error.is_none() {
+            self.run_error = Some(format!(
+                "{response_errors} invalid responses from the SUT (see the detail log)"
+            ));
+        }
+
+        for key in [
+            "logger_swap_request_slots_retry_count",
+            "logger_swap_request_slots_retry_retry_count",
+            "logger_swap_request_slots_retry_reencounter_count",
+            "logger_start_reading_entries_retry_count",
+            "logger_tls_total_log_cas_fail_count",
+            "logger_tls_total_swap_buffers_slot_retry_count",
+        ] {
+            self.log(key, 0u64, here!())?;
+        }
+        let end_offset = Duration::from_nanos((data.last_completed_ns - start).max(0) as u64);
+        self.log("power_begin", clock::power_time(start_wall), here!())?;
+        self.log(
+            "power_end",
+            clock::power_time(start_wall + end_offset),
+            here!(),
+        )?;
+        if eff.print_timestamps && !accuracy {
+            print_timestamps(start_wall, end_offset);
+        }
+
+        Ok(SeriesOutcome {
+            data,
+            queries_issued,
+            final_query_scheduled_ns: last.0 - start,
+            final_query_issued_ns: last.1 - start,
+        })
+    }
+
+    /// Assigns ids to one query's samples and appends them to `out`.
+    #[inline]
+    fn publish(
+        &mut self,
+        completer: &Completer,
+        sampling: &AccuracySampling,
+        indices: &[usize],
+        scheduled: i64,
+        issued: i64,
+        out: &mut Vec<QuerySample>,
+    ) {
+        let query_seq = self.next_query_seq;
+        self.next_query_seq += 1;
+        for &index in indices {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let log = sampling.logs(self.acc_value_rng.canonical());
+            let id = completer.publish(seq, index, query_seq, scheduled, issued, log);
+            out.push(QuerySample { id, index });
+        }
+    }
+
+    fn skip_query(&mut self, samples: usize) {
+        self.next_query_seq += 1;
+        self.next_seq += samples as u64;
+        for _ in 0..samples {
+            self.acc_value_rng.canonical();
+        }
+    }
+}
+
+/// Which samples go to the accuracy log (spec §11).
+struct AccuracySampling {
+    all: bool,
+    offset: f64,
+    probability: f64,
+}
+
+impl AccuracySampling {
+    fn new(eff: &EffectiveSettings, accuracy: bool) -> Self {
+        let offset = Mt19937::new(eff.accuracy_log_rng_seed).canonical();
+        let mut probability = eff.accuracy_log_probability;
+        if eff.accuracy_log_sampling_target > 0 {
+            let mut expected = (eff.target_qps * eff.min_duration_ms as f64 / 1000.0) as u64;
+            let minimum = if eff.scenario == Scenario::Offline {
+                eff.min_sample_count
+            } else {
+                expected = expected.wrapping_mul(eff.samples_per_query);
+                eff.min_query_count.wrapping_mul(eff.samples_per_query)
+            };
+            let expected = expected.max(minimum);
+            probability = eff.accuracy_log_sampling_target as f64 / expected as f64;
+        }
+        Self {
+            all: accuracy,
+            offset,
+            probability,
+        }
+    }
+
+    #[inline]
+    fn logs(&self, value: f64) -> bool {
+        let mut w = value + self.offset;
+        if w >= 1.0 {
+            w -= 1.0;
+        }
+        self.all || w <= self.probability
+    }
+}
+
+struct StopMessage {
+    natural: bool,
+    text: String,
+}
+
+/// The stop rules checked after each IssueQuery of a performance series
+/// (spec §8.2). `completed` is only evaluated when needed.
+fn stop_rule(
+    eff: &EffectiveSettings,
+    issued: u64,
+    duration_ns: i64,
+    completed: impl Fn() -> u64,
+) -> Option<StopMessage> {
+    let min_duration_ns = eff.target_duration_ms as i64 * 1_000_000;
+    if eff.scenario == Scenario::Server {
+        if eff.max_async_queries != 0 {
+            let outstanding = issued.saturating_sub(completed());
+            if outstanding > eff.max_async_queries {
+                return Some(StopMessage {
+                    natural: false,
+                    text: format!("IssueQueryThread 0 Ending early: Too many outstanding queries. issued {issued} outstanding {outstanding}"),
+                });
+            }
+        }
+    } else if issued >= eff.min_query_count && duration_ns >= min_duration_ns {
+        return Some(StopMessage {
+            natural: true,
+            text: "Ending naturally: Minimum query count and test duration met.".into(),
+        });
+    }
+    if eff.max_query_count != 0 && issued >= eff.max_query_count {
+        return Some(StopMessage {
+            natural: false,
+            text: format!(
+                "IssueQueryThread 0 Ending early: Max query count reached. query_count {issued}"
+            ),
+        });
+    }
+    if eff.max_duration_ms != 0 && duration_ns > eff.max_duration_ms as i64 * 1_000_000 {
+        return Some(StopMessage {
+            natural: false,
+            text: format!("IssueQueryThread 0 Ending early: Max test duration reached. duration_ns {duration_ns}"),
+        });
+    }
+    None
+}
+
+/// Waits until the monotonic clock reaches `due` (ns); returns the time
+/// observed when done. OS sleeps overshoot by up to milliseconds on busy or
+/// virtual machines, and every microsecond late is latency charged to the
+/// SUT, so it sleeps only while far away and yields for the last stretch:
+/// yielding rather than spinning leaves the core to the SUT's threads when
+/// they have work (a LoadGen node shares its cores with the QDL).
+fn wait_until(completer: &Completer, due: i64) -> i64 {
+    const SLEEP_MARGIN_NS: i64 = 4_000_000;
+    let clock = completer.clock();
+    loop {
+        let now = clock.now_ns();
+        let gap = due - now;
+        if gap <= 0 || completer.aborted() {
+            return now;
+        }
+        if gap > SLEEP_MARGIN_NS + 1_000_000 {
+            thread::sleep(Duration::from_nanos((gap - SLEEP_MARGIN_NS) as u64));
+        } else if gap > 20_000 {
+            thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Ring slots needed: every sample of the largest query at once, and for
+/// Server a window of outstanding samples large enough for any sane run.
+fn ring_capacity(eff: &EffectiveSettings) -> usize {
+    let psc = eff.performance_sample_count.max(1) as usize;
+    match eff.scenario {
+        Scenario::Offline => {
+            let perf = eff.samples_per_query as usize + psc;
+            let acc = psc.min(eff.accuracy_sample_count.max(1) as usize);
+            perf.max(acc) + 1
+        }
+        Scenario::MultiStream => (eff.samples_per_query as usize * 2).max(1 << 12),
+        Scenario::SingleStream => 1 << 12,
+        Scenario::Server => 1 << 19,
+    }
+}
+
+fn print_timestamps(start: SystemTime, duration: Duration) {
+    let unix = |t: SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
+    };
+    let ms = duration.as_millis();
+    println!(
+        "Loadgen :: Perf mode start. system_clock Timestamp = {}",
+        unix(start)
+    );
+    println!(
+        "Loadgen :: Perf mode stop. systme_clock Timestamp = {}",
+        unix(start + duration)
+    );
+    println!("Loadgen :: PerfClock Perf duration = {ms}ms");
+    println!("Loadgen :: system_clock Perf duration = {ms}ms");
+    println!("Loadgen :: PerfClock/system_clock ratio = {:.4}", 1.0);
+}

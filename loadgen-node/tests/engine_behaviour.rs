@@ -1,0 +1,472 @@
+//! Behaviour of whole tests against SUTs unlike the reference harness's:
+//! completions from other threads, invalid responses, a SUT that dies,
+//! SubmissionRun and FindPeakPerformance, and the trace's JSON.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::thread::{self, JoinHandle};
+
+use loadgen::null_sut::SizedQsl;
+use loadgen::runner::{start_test, LogSettings, TestOutcome};
+use loadgen::sut::SutError;
+use loadgen::{
+    Completer, QuerySample, QuerySampleResponse, Scenario, SystemUnderTest, TestMode, TestSettings,
+};
+use serde_json::Value;
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("loadgen-behaviour-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run(
+    sut: &dyn SystemUnderTest,
+    settings: &TestSettings,
+    name: &str,
+    trace: bool,
+) -> (TestOutcome, PathBuf) {
+    let dir = out_dir(name);
+    let log = LogSettings {
+        outdir: dir.clone(),
+        enable_trace: trace,
+        ..LogSettings::default()
+    };
+    let qsl = SizedQsl::new(256, 128);
+    let outcome = start_test(sut, &qsl, settings, &log, None).expect("the test runs");
+    (outcome, dir)
+}
+
+/// Every detail line must be a complete JSON record, whatever happened.
+fn detail(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("mlperf_log_detail.txt"))
+        .expect("detail log")
+        .lines()
+        .map(|l| {
+            let json = l.strip_prefix(":::MLLOG ").expect("record prefix");
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {l}"))
+        })
+        .collect()
+}
+
+fn values<'a>(records: &'a [Value], key: &str) -> Vec<&'a Value> {
+    records
+        .iter()
+        .filter(|r| r["key"] == key)
+        .map(|r| &r["value"])
+        .collect()
+}
+
+fn summary(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("mlperf_log_summary.txt")).expect("summary")
+}
+
+/// A query handed to a worker thread.
+type Job = (Vec<QuerySample>, Completer);
+
+/// Answers each query from a worker thread, after the issuing call returned.
+struct ThreadedSut {
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ThreadedSut {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let worker = thread::spawn(move || {
+            for (samples, completer) in rx {
+                let data: Vec<[u8; 4]> = samples
+                    .iter()
+                    .map(|s| (s.index as u32).to_le_bytes())
+                    .collect();
+                let responses: Vec<_> = samples
+                    .iter()
+                    .zip(&data)
+                    .map(|(s, d)| QuerySampleResponse::new(s.id, d))
+                    .collect();
+                completer.query_samples_complete(&responses);
+            }
+        });
+        Self {
+            tx: Mutex::new(Some(tx)),
+            worker: Mutex::new(Some(worker)),
+        }
+    }
+}
+
+impl Drop for ThreadedSut {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap().take();
+        if let Some(w) = self.worker.lock().unwrap().take() {
+            w.join().unwrap();
+        }
+    }
+}
+
+impl SystemUnderTest for ThreadedSut {
+    fn name(&self) -> Result<String, SutError> {
+        Ok("threaded".into())
+    }
+    fn report(&self) -> Vec<(String, String)> {
+        vec![("sut_transport".into(), "in-process channel".into())]
+    }
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        if let Some(tx) = self.tx.lock().unwrap().as_ref() {
+            tx.send((samples.to_vec(), completer.clone())).unwrap();
+        }
+    }
+}
+
+fn server(qps: f64, duration_ms: u64) -> TestSettings {
+    TestSettings {
+        scenario: Scenario::Server,
+        server_target_qps: qps,
+        min_duration_ms: duration_ms,
+        min_query_count: 1,
+        ..TestSettings::default()
+    }
+}
+
+#[test]
+fn completions_from_another_thread() {
+    let sut = ThreadedSut::new();
+    let (outcome, dir) = run(&sut, &server(20_000.0, 100), "threaded", true);
+    assert!(outcome.run_error.is_none(), "{:?}", outcome.run_error);
+    let records = detail(&dir);
+    let issued = values(&records, "result_query_count")[0].as_u64().unwrap();
+    assert!(issued >= 1500, "issued {issued}");
+    assert!(
+        summary(&dir).contains("Result is : VALID"),
+        "{}",
+        summary(&dir)
+    );
+    // What the SUT reports goes to the detail log and ends the summary.
+    assert_eq!(values(&records, "sut_transport")[0], "in-process channel");
+    assert!(summary(&dir).contains(
+        "\nSystem under test\n================================================\nsut_transport : in-process channel\n\nNo warnings"
+    ));
+
+    // The trace is one JSON document with a complete event per sample.
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("mlperf_log_trace.json")).unwrap())
+            .expect("the trace is valid JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let samples = events
+        .iter()
+        .filter(|e| e["args"]["sample_seq"].is_u64())
+        .count();
+    assert_eq!(samples as u64, issued);
+}
+
+/// Completes every sample twice, and answers one query with a made-up id.
+struct BadIdsSut {
+    queries: AtomicU64,
+}
+
+impl SystemUnderTest for BadIdsSut {
+    fn name(&self) -> Result<String, SutError> {
+        Ok("bad ids".into())
+    }
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        let n = self.queries.fetch_add(1, Ordering::Relaxed);
+        let data = [0u8; 4];
+        for s in samples {
+            completer.query_samples_complete(&[QuerySampleResponse::new(s.id, &data)]);
+            if n == 3 {
+                completer.query_samples_complete(&[QuerySampleResponse::new(s.id, &data)]);
+                completer
+                    .query_samples_complete(&[QuerySampleResponse::new(0xdead_beef_0000, &data)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn duplicate_and_unknown_ids_invalidate_the_run() {
+    let sut = BadIdsSut {
+        queries: AtomicU64::new(0),
+    };
+    let settings = TestSettings {
+        min_duration_ms: 0,
+        min_query_count: 700,
+        ..TestSettings::default()
+    };
+    let (outcome, dir) = run(&sut, &settings, "bad-ids", false);
+    let err = outcome.run_error.expect("the run fails");
+    assert!(err.contains("2 invalid responses"), "{err}");
+    assert!(!outcome.performance.expect("a result").valid);
+    let records = detail(&dir);
+    let errors: Vec<_> = values(&records, "error_runtime")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.contains("complete a sample twice")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("unknown response id")),
+        "{errors:?}"
+    );
+    let s = summary(&dir);
+    assert!(
+        s.contains("Result is : INVALID") && s.contains(" * The run failed: 2 invalid responses"),
+        "{s}"
+    );
+    assert!(
+        s.ends_with("2 ERRORS encountered. See detailed log.\n"),
+        "{s}"
+    );
+}
+
+/// Answers the first queries, then reports that it died and answers nothing.
+struct DyingSut {
+    answered: AtomicU64,
+}
+
+impl SystemUnderTest for DyingSut {
+    fn name(&self) -> Result<String, SutError> {
+        Ok("dying".into())
+    }
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        if self.answered.fetch_add(1, Ordering::Relaxed) < 50 {
+            let data = [0u8; 4];
+            let r: Vec<_> = samples
+                .iter()
+                .map(|s| QuerySampleResponse::new(s.id, &data))
+                .collect();
+            completer.query_samples_complete(&r);
+        } else {
+            completer.abort("sut-node 10.0.0.7:7000 stopped answering".into());
+        }
+    }
+}
+
+#[test]
+fn a_dead_sut_ends_the_run_promptly_and_invalid() {
+    for (scenario, settings) in [
+        (
+            Scenario::SingleStream,
+            TestSettings {
+                min_duration_ms: 0,
+                ..TestSettings::default()
+            },
+        ),
+        (Scenario::Server, server(5_000.0, 60_000)),
+        (
+            Scenario::Offline,
+            TestSettings {
+                scenario: Scenario::Offline,
+                min_duration_ms: 0,
+                ..TestSettings::default()
+            },
+        ),
+    ] {
+        let sut = DyingSut {
+            answered: AtomicU64::new(if scenario == Scenario::Offline { 50 } else { 0 }),
+        };
+        let (outcome, dir) = run(&sut, &settings, &format!("dying-{scenario}"), true);
+        let err = outcome.run_error.expect("the run fails");
+        assert!(
+            err.contains("10.0.0.7:7000 stopped answering"),
+            "{scenario}: {err}"
+        );
+        let records = detail(&dir);
+        assert_eq!(
+            values(&records, "result_validity")[0],
+            "INVALID",
+            "{scenario}"
+        );
+        assert_eq!(records.last().unwrap()["key"], "num_errors", "{scenario}");
+        let trace = std::fs::read_to_string(dir.join("mlperf_log_trace.json")).unwrap();
+        serde_json::from_str::<Value>(&trace).expect("the trace stays valid JSON");
+        assert!(
+            summary(&dir).contains("The run failed: Run aborted: sut-node 10.0.0.7:7000"),
+            "{scenario}"
+        );
+    }
+}
+
+#[test]
+fn submission_run_logs_every_sample_then_measures() {
+    let sut = ThreadedSut::new();
+    let settings = TestSettings {
+        mode: TestMode::SubmissionRun,
+        min_duration_ms: 0,
+        min_query_count: 700,
+        ..TestSettings::default()
+    };
+    let (outcome, dir) = run(&sut, &settings, "submission", false);
+    assert!(outcome.run_error.is_none(), "{:?}", outcome.run_error);
+    // Accuracy phase: each of the 256 samples once.
+    assert_eq!(outcome.accuracy_entries, 256);
+    let acc: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("mlperf_log_accuracy.json")).unwrap(),
+    )
+    .unwrap();
+    let mut idx: Vec<u64> = acc
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["qsl_idx"].as_u64().unwrap())
+        .collect();
+    idx.sort_unstable();
+    assert_eq!(idx, (0..256).collect::<Vec<_>>());
+    let records = detail(&dir);
+    assert_eq!(
+        values(&records, "generic_message")[0],
+        "Starting accuracy mode"
+    );
+    assert!(values(&records, "generic_message")
+        .iter()
+        .any(|m| *m == "Starting performance mode"));
+    assert_eq!(values(&records, "result_validity")[0], "VALID");
+    assert!(summary(&dir).contains("Mode     : SubmissionRun"));
+}
+
+/// Holds back every sample past the first `capacity` of a series until the
+/// series is flushed: above `capacity / duration` QPS the tail latencies blow
+/// the bound, so FindPeakPerformance has a peak to find.
+struct SaturatingSut {
+    capacity: u64,
+    seen: AtomicU64,
+    held: Mutex<Vec<(QuerySample, Completer)>>,
+}
+
+impl SystemUnderTest for SaturatingSut {
+    fn name(&self) -> Result<String, SutError> {
+        Ok("saturating".into())
+    }
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        let data = [0u8; 4];
+        for s in samples {
+            if self.seen.fetch_add(1, Ordering::Relaxed) < self.capacity {
+                completer.query_samples_complete(&[QuerySampleResponse::new(s.id, &data)]);
+            } else {
+                self.held.lock().unwrap().push((*s, completer.clone()));
+            }
+        }
+    }
+    fn flush_queries(&self) {
+        self.seen.store(0, Ordering::Relaxed);
+        let data = [0u8; 4];
+        for (s, c) in self.held.lock().unwrap().drain(..) {
+            c.query_samples_complete(&[QuerySampleResponse::new(s.id, &data)]);
+        }
+    }
+}
+
+#[test]
+fn find_peak_performance_brackets_then_bisects() {
+    // 250 samples per 100 ms series: the peak lies between 2000 and 4000 QPS.
+    let sut = SaturatingSut {
+        capacity: 250,
+        seen: AtomicU64::new(0),
+        held: Mutex::new(Vec::new()),
+    };
+    let settings = TestSettings {
+        mode: TestMode::FindPeakPerformance,
+        server_target_qps: 1000.0,
+        // Far above what a loaded machine adds, far below what held samples wait.
+        server_target_latency_ns: 10_000_000,
+        server_target_latency_percentile: 0.9,
+        ..server(1000.0, 100)
+    };
+    let (outcome, dir) = run(&sut, &settings, "find-peak", false);
+    assert!(outcome.run_error.is_none(), "{:?}", outcome.run_error);
+    let records = detail(&dir);
+    let messages: Vec<String> = values(&records, "generic_message")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(messages[0], "Starting FindPeakPerformance mode");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m == "FindPeakPerformance: Found boundaries: [2000.000000, 4000.000000)"),
+        "{messages:#?}"
+    );
+    let peak: f64 = messages
+        .iter()
+        .find_map(|m| m.strip_prefix("FindPeakPerformance: Found peak performance field: "))
+        .expect("a peak")
+        .parse()
+        .unwrap();
+    assert!((2000.0..4000.0).contains(&peak), "{peak}");
+    assert!(
+        messages
+            .iter()
+            .filter(|m| m.starts_with("FindPeakPerformanceBinarySearch"))
+            .count()
+            >= 4
+    );
+    assert_eq!(
+        values(&records, "result_validity").len(),
+        1,
+        "one result is reported"
+    );
+    // The reported run is the one at the peak: its latency bound holds.
+    assert_eq!(values(&records, "result_perf_constraints_met")[0], true);
+    assert!(summary(&dir).contains("Performance constraints satisfied : Yes"));
+}
+
+/// Blocks inside every tenth issue call, so Server queries fall overdue.
+struct SlowIssueSut {
+    calls: AtomicU64,
+    largest_call: AtomicU64,
+}
+
+impl SystemUnderTest for SlowIssueSut {
+    fn name(&self) -> Result<String, SutError> {
+        Ok("slow issue".into())
+    }
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        self.largest_call
+            .fetch_max(samples.len() as u64, Ordering::Relaxed);
+        let data = [0u8; 4];
+        let r: Vec<_> = samples
+            .iter()
+            .map(|s| QuerySampleResponse::new(s.id, &data))
+            .collect();
+        completer.query_samples_complete(&r);
+        if self
+            .calls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(10)
+        {
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(3);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+#[test]
+fn server_coalescing_joins_overdue_queries_into_one_call() {
+    for coalesce in [false, true] {
+        let sut = SlowIssueSut {
+            calls: AtomicU64::new(0),
+            largest_call: AtomicU64::new(0),
+        };
+        let settings = TestSettings {
+            server_coalesce_queries: coalesce,
+            ..server(20_000.0, 200)
+        };
+        let (outcome, dir) = run(&sut, &settings, &format!("coalesce-{coalesce}"), false);
+        assert!(outcome.run_error.is_none(), "{:?}", outcome.run_error);
+        let records = detail(&dir);
+        let queries = values(&records, "result_query_count")[0].as_u64().unwrap();
+        let calls = sut.calls.load(Ordering::Relaxed);
+        let largest = sut.largest_call.load(Ordering::Relaxed);
+        if coalesce {
+            // Every query counts, though fewer calls carried them.
+            assert!(largest > 1, "nothing was coalesced");
+            assert!(calls < queries, "{calls} calls for {queries} queries");
+        } else {
+            assert_eq!(largest, 1);
+            assert_eq!(calls, queries);
+        }
+    }
+}

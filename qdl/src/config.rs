@@ -1,0 +1,340 @@
+//! Node addresses and the QDL's configuration.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use proto::tls::ClientTls;
+use proto::Codec;
+
+use crate::error::QdlError;
+use crate::policy::DispatchPolicy;
+
+/// How the QDL talks to a node. Each transport lives in its own module under
+/// `transport/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// gRPC over HTTP/2 on TCP (`grpc://host:port`, or plain `host:port`);
+    /// over TLS when the configuration has TLS settings.
+    Grpc,
+    /// gRPC over HTTP/2 over TLS on TCP (`grpcs://host:port`).
+    Grpcs,
+    /// The same protocol over QUIC on UDP (`quic://host:port`), always TLS 1.3.
+    Quic,
+}
+
+impl Transport {
+    /// `grpc`, `grpcs` (gRPC over TLS) or `quic`: what a connection to a
+    /// node uses, given whether the configuration has TLS settings.
+    pub fn describe(self, tls_configured: bool) -> &'static str {
+        match self {
+            Transport::Grpc if !tls_configured => "grpc",
+            Transport::Grpc | Transport::Grpcs => "grpcs",
+            Transport::Quic => "quic",
+        }
+    }
+}
+
+/// Where a sut-node listens: `host:port`, `grpc://host:port`,
+/// `grpcs://host:port`, `quic://host:port`, with IPv6 addresses in brackets
+/// (`quic://[v6addr]:port`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NodeAddr {
+    pub transport: Transport,
+    /// A host name or IP address; IPv6 addresses without brackets.
+    pub host: String,
+    pub port: u16,
+}
+
+impl NodeAddr {
+    /// `host:port`, with brackets around an IPv6 address.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl NodeAddr {
+    /// This address with the transport a connection to it really uses:
+    /// `Grpcs` for `grpc://` when the configuration has TLS settings.
+    pub fn effective(&self, tls_configured: bool) -> NodeAddr {
+        let transport = match self.transport {
+            Transport::Grpc if tls_configured => Transport::Grpcs,
+            t => t,
+        };
+        NodeAddr {
+            transport,
+            ..self.clone()
+        }
+    }
+}
+
+impl fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.authority())
+    }
+}
+
+impl FromStr for NodeAddr {
+    type Err = QdlError;
+
+    fn from_str(input: &str) -> Result<Self, QdlError> {
+        let bad = |reason: &str| QdlError::Address {
+            input: input.to_string(),
+            reason: reason.to_string(),
+        };
+        let (transport, rest) = match input.split_once("://") {
+            None => (Transport::Grpc, input),
+            Some((scheme, rest)) => match scheme.to_ascii_lowercase().as_str() {
+                "grpc" => (Transport::Grpc, rest),
+                "grpcs" => (Transport::Grpcs, rest),
+                "quic" => (Transport::Quic, rest),
+                _ => {
+                    return Err(bad(&format!(
+                        "unknown scheme '{scheme}://' (expected host:port, grpc://, grpcs:// \
+                         or quic://host:port)"
+                    )))
+                }
+            },
+        };
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| bad("an IPv6 address needs a closing ']'"))?;
+            let port = after
+                .strip_prefix(':')
+                .ok_or_else(|| bad("expected host:port"))?;
+            (host, port)
+        } else {
+            let (host, port) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| bad("expected host:port"))?;
+            if host.contains(':') {
+                return Err(bad("write an IPv6 address in brackets: [addr]:port"));
+            }
+            (host, port)
+        };
+        if host.is_empty() {
+            return Err(bad("the host is empty"));
+        }
+        if host.contains(['/', '?', '#', '@']) {
+            return Err(bad("expected only host:port (no path, query or user)"));
+        }
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad(&format!("'{port}' is not a port number")))?;
+        if port == 0 {
+            return Err(bad("port 0 cannot be connected to"));
+        }
+        Ok(NodeAddr {
+            transport,
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+/// Default bound on one decoded answer: 1 GiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 1 << 30;
+
+/// Everything `Qdl::connect` needs besides the sample data.
+#[derive(Clone, Debug)]
+pub struct QdlConfig {
+    /// The sut-nodes, in the order their names are reported.
+    pub nodes: Vec<NodeAddr>,
+    pub policy: DispatchPolicy,
+    /// Independent connections (each with its own Infer stream) per node.
+    pub connections_per_node: usize,
+    /// Benchmark model and scenario, checked by each node at session start.
+    pub model: String,
+    pub scenario: String,
+    /// The codec of the payloads the `SampleData` hands out.
+    pub input_codec: Codec,
+    /// A node with samples outstanding that sends nothing (no answer, no
+    /// heartbeat) for this long aborts the run.
+    pub stall_timeout: Duration,
+    /// Bound on each step of opening a connection, and on the Name RPC.
+    pub connect_timeout: Duration,
+    /// Largest answer (or first token) accepted, once decoded: a compressed
+    /// answer declaring or producing more fails the run without being
+    /// decoded.
+    pub max_answer_bytes: usize,
+    /// How node certificates are checked, and the client certificate of
+    /// mutual TLS. QUIC and `grpcs://` nodes need it; with it, `grpc://`
+    /// nodes use TLS too.
+    pub tls: Option<ClientTls>,
+}
+
+impl Default for QdlConfig {
+    fn default() -> Self {
+        Self {
+            nodes: Vec::new(),
+            policy: DispatchPolicy::default(),
+            connections_per_node: 2,
+            model: String::new(),
+            scenario: String::new(),
+            input_codec: Codec::None,
+            stall_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            tls: None,
+        }
+    }
+}
+
+impl QdlConfig {
+    /// A configuration with the defaults for everything else.
+    pub fn new(
+        nodes: Vec<NodeAddr>,
+        model: impl Into<String>,
+        scenario: impl Into<String>,
+    ) -> Self {
+        Self {
+            nodes,
+            model: model.into(),
+            scenario: scenario.into(),
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), QdlError> {
+        let bad = |s: String| Err(QdlError::Config(s));
+        if self.nodes.is_empty() {
+            return bad("no sut-node given".into());
+        }
+        if self.connections_per_node == 0 {
+            return bad("connections_per_node must be at least 1".into());
+        }
+        if self.stall_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return bad("stall_timeout and connect_timeout must be positive".into());
+        }
+        if self.max_answer_bytes == 0 {
+            return bad("max_answer_bytes must be at least 1".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for n in &self.nodes {
+            if !seen.insert(n) {
+                return bad(format!("sut-node {n} is listed twice"));
+            }
+            if self.tls.is_none() && n.transport != Transport::Grpc {
+                return bad(format!(
+                    "sut-node {n} is reached over TLS ({}), which needs a way to check its \
+                     certificate: its SHA-256 fingerprint (loadgen-node --tls-pin, printed by the \
+                     node at start), a CA (--tls-ca FILE), or --tls-insecure (development only)",
+                    n.transport.describe(true)
+                ));
+            }
+        }
+        self.policy.check(self.nodes.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<NodeAddr, String> {
+        s.parse::<NodeAddr>().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn parses_host_port_with_or_without_scheme() {
+        let a = parse("127.0.0.1:50051").unwrap();
+        assert_eq!(
+            (a.transport, a.host.as_str(), a.port),
+            (Transport::Grpc, "127.0.0.1", 50051)
+        );
+        let b = parse("grpc://node-3.example:7000").unwrap();
+        assert_eq!((b.host.as_str(), b.port), ("node-3.example", 7000));
+        let c = parse("GRPC://[::1]:9").unwrap();
+        assert_eq!((c.host.as_str(), c.port), ("::1", 9));
+        assert_eq!(c.to_string(), "[::1]:9");
+        assert_eq!(b.to_string(), "node-3.example:7000");
+    }
+
+    #[test]
+    fn parses_every_scheme() {
+        let q = parse("quic://node-3:7000").unwrap();
+        assert_eq!(
+            (q.transport, q.host.as_str(), q.port),
+            (Transport::Quic, "node-3", 7000)
+        );
+        let q6 = parse("QUIC://[::1]:9").unwrap();
+        assert_eq!(
+            (q6.transport, q6.to_string()),
+            (Transport::Quic, "[::1]:9".to_string())
+        );
+        assert_eq!(parse("grpcs://h:1").unwrap().transport, Transport::Grpcs);
+        assert_eq!(Transport::Grpc.describe(false), "grpc");
+        assert_eq!(Transport::Grpc.describe(true), "grpcs");
+        let g = parse("h:1").unwrap();
+        assert_eq!(g.effective(true).transport, Transport::Grpcs);
+        assert_eq!(g.effective(false), g);
+        assert_eq!(q.effective(true), q);
+        assert_eq!(Transport::Quic.describe(false), "quic");
+    }
+
+    #[test]
+    fn rejects_bad_addresses_with_reasons() {
+        for (input, why) in [
+            ("http://h:1", "unknown scheme"),
+            ("h", "host:port"),
+            (":80", "host is empty"),
+            ("h:http", "not a port"),
+            ("h:70000", "not a port"),
+            ("h:0", "port 0"),
+            ("::1:80", "brackets"),
+            ("[::1:80", "closing"),
+            ("grpc://h/x:1", "no path"),
+        ] {
+            let e = parse(input).unwrap_err();
+            assert!(e.contains(why) && e.contains(input), "{input}: {e}");
+        }
+    }
+
+    #[test]
+    fn validation_catches_unusable_configs() {
+        let n = |s: &str| s.parse::<NodeAddr>().unwrap();
+        let ok = QdlConfig::new(vec![n("a:1"), n("b:1")], "m", "Offline");
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.connections_per_node, 2);
+        assert_eq!(ok.policy, DispatchPolicy::LeastOutstanding);
+        let twice = QdlConfig::new(vec![n("a:1"), n("grpc://a:1")], "m", "Offline");
+        assert!(twice
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("a:1 is listed twice"));
+        let none = QdlConfig::default();
+        assert!(none.validate().is_err());
+        let weights = QdlConfig {
+            policy: DispatchPolicy::Weighted(vec![1]),
+            ..ok.clone()
+        };
+        assert!(weights
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("2 nodes"));
+        let zero = QdlConfig {
+            connections_per_node: 0,
+            ..ok.clone()
+        };
+        assert!(zero.validate().is_err());
+        // QUIC and grpcs:// need a way to check the node's certificate.
+        let quic = QdlConfig::new(vec![n("a:1"), n("quic://b:1")], "m", "Offline");
+        let e = quic.validate().unwrap_err().to_string();
+        assert!(e.contains("b:1") && e.contains("--tls-pin"), "{e}");
+        let insecure = QdlConfig {
+            tls: Some(ClientTls {
+                check: proto::tls::ServerCheck::Insecure,
+                identity: None,
+            }),
+            ..quic
+        };
+        assert!(insecure.validate().is_ok());
+    }
+}

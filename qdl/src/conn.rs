@@ -1,0 +1,491 @@
+//! One connection's shared state and its two tasks: the receive loop, which
+//! turns the node's messages into completions, and the stall watchdog. Also
+//! the run's failure state, shared by every connection.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Deref;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use compression::{CodecError, CodecKind};
+use loadgen::{Completer, QuerySampleResponse};
+use proto::{Codec, FromNode};
+use tokio::time::MissedTickBehavior;
+
+use crate::transport::Inbound;
+
+/// Decodes a node's answer (or first token) in the timed path, the one
+/// post-processing step the rules allow, into at most `max_len` bytes. A
+/// frame that declares or produces more, or a corrupt one, is an error for
+/// that sample, which ends the run; nothing past `max_len` is allocated.
+pub fn decode_output(codec: Codec, data: Bytes, max_len: usize) -> Result<Bytes, CodecError> {
+    match CodecKind::from(codec) {
+        CodecKind::None if data.len() <= max_len => Ok(data),
+        kind => compression::decompress(kind, &data, max_len).map(Bytes::from),
+    }
+}
+
+/// Output codecs `decode_output` handles; a node announcing another one is
+/// refused at session start rather than failing on its first answer.
+pub(crate) fn can_decode(codec: Codec) -> bool {
+    matches!(codec, Codec::None | Codec::Zstd | Codec::Lz4)
+}
+
+fn decode_wire(codec: i32, data: Bytes, max_len: usize) -> Result<Bytes, CodecError> {
+    if codec == Codec::None as i32 && data.len() <= max_len {
+        return Ok(data);
+    }
+    let codec = Codec::try_from(codec).map_err(|_| CodecError::Unknown(codec))?;
+    decode_output(codec, data, max_len)
+}
+
+/// The run's failure state, shared by the issuing thread and every task.
+pub(crate) struct RunState {
+    /// The engine's Completer: one per test, kept on first use.
+    completer: OnceLock<Completer>,
+    failed: AtomicBool,
+    failure: OnceLock<String>,
+    /// Set when the QDL shuts down: streams ending then are not failures.
+    closing: AtomicBool,
+}
+
+impl RunState {
+    pub(crate) fn new() -> Self {
+        Self {
+            completer: OnceLock::new(),
+            failed: AtomicBool::new(false),
+            failure: OnceLock::new(),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    /// Called by `issue_query`: keeps `completer` if none is kept yet. False
+    /// when the run has failed; `completer` has then been aborted.
+    pub(crate) fn attach(&self, completer: &Completer) -> bool {
+        if self.completer.get().is_none() {
+            let _ = self.completer.set(completer.clone());
+            // Pairs with the fence in `fail`: a failure racing with the first
+            // query either sees the Completer or is seen below.
+            fence(Ordering::SeqCst);
+        }
+        if self.failed.load(Ordering::SeqCst) {
+            if let Some(reason) = self.failure.get() {
+                completer.abort(reason.clone());
+            }
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn completer(&self) -> Option<&Completer> {
+        self.completer.get()
+    }
+
+    /// Ends the run with `reason`; the first failure's reason is the one
+    /// reported. A failure before the first query aborts that query.
+    pub(crate) fn fail(&self, reason: String) {
+        if self.closing() || self.failure.set(reason).is_err() {
+            return;
+        }
+        self.failed.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if let Some(reason) = self.failure.get() {
+            tracing::error!("aborting the run: {reason}");
+            if let Some(c) = self.completer.get() {
+                c.abort(reason.clone());
+            }
+        }
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn begin_close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Keeps the issuing thread's counters and the receive task's on separate
+/// cache lines, so neither side's writes slow the other down.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Written by the issuing thread.
+#[derive(Default)]
+struct SendCounters {
+    samples: AtomicU64,
+    bytes: AtomicU64,
+    /// The samples' sizes before compression.
+    uncompressed: AtomicU64,
+}
+
+/// Written by the connection's receive task.
+#[derive(Default)]
+struct ReceiveCounters {
+    /// Answers plus errors: samples no longer outstanding.
+    done: AtomicU64,
+    answers: AtomicU64,
+    first_tokens: AtomicU64,
+    errors: AtomicU64,
+    bytes: AtomicU64,
+    /// Answer and first-token bytes once decoded.
+    decoded: AtomicU64,
+    messages: AtomicU64,
+}
+
+/// Traffic of one connection (payload bytes only, not framing). `bytes_*`
+/// count payloads as they travel (compressed, if they are);
+/// `uncompressed_bytes_*` the same payloads before compression or after
+/// decoding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub samples_sent: u64,
+    pub bytes_sent: u64,
+    pub uncompressed_bytes_sent: u64,
+    pub answers_received: u64,
+    pub first_tokens_received: u64,
+    pub errors_received: u64,
+    pub bytes_received: u64,
+    pub uncompressed_bytes_received: u64,
+    /// Every message from the node, heartbeats included.
+    pub messages_received: u64,
+}
+
+impl std::ops::AddAssign for Counters {
+    fn add_assign(&mut self, o: Counters) {
+        self.samples_sent += o.samples_sent;
+        self.bytes_sent += o.bytes_sent;
+        self.uncompressed_bytes_sent += o.uncompressed_bytes_sent;
+        self.answers_received += o.answers_received;
+        self.first_tokens_received += o.first_tokens_received;
+        self.errors_received += o.errors_received;
+        self.bytes_received += o.bytes_received;
+        self.uncompressed_bytes_received += o.uncompressed_bytes_received;
+        self.messages_received += o.messages_received;
+    }
+}
+
+/// One connection, as the issuing thread and its tasks share it.
+pub(crate) struct Conn {
+    /// `sut-node ADDR (name NAME)`: the prefix of every failure reason.
+    pub(crate) label: String,
+    sent: Padded<SendCounters>,
+    received: Padded<ReceiveCounters>,
+}
+
+impl Conn {
+    pub(crate) fn new(label: String) -> Self {
+        Self {
+            label,
+            sent: Padded::default(),
+            received: Padded::default(),
+        }
+    }
+
+    /// Counted before the sample is queued, so the answer cannot be counted
+    /// first and make `outstanding` wrap. `uncompressed`: the sample's size
+    /// before compression.
+    #[inline]
+    pub(crate) fn count_sent(&self, bytes: usize, uncompressed: usize) {
+        self.sent.samples.fetch_add(1, Ordering::Relaxed);
+        self.sent.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.sent
+            .uncompressed
+            .fetch_add(uncompressed as u64, Ordering::Relaxed);
+    }
+
+    /// Samples sent and not yet answered.
+    #[inline]
+    pub(crate) fn outstanding(&self) -> u64 {
+        let done = self.received.done.load(Ordering::Relaxed);
+        self.sent
+            .samples
+            .load(Ordering::Relaxed)
+            .saturating_sub(done)
+    }
+
+    fn messages(&self) -> u64 {
+        self.received.messages.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        let r = &self.received;
+        Counters {
+            samples_sent: self.sent.samples.load(Ordering::Relaxed),
+            bytes_sent: self.sent.bytes.load(Ordering::Relaxed),
+            uncompressed_bytes_sent: self.sent.uncompressed.load(Ordering::Relaxed),
+            answers_received: r.answers.load(Ordering::Relaxed),
+            first_tokens_received: r.first_tokens.load(Ordering::Relaxed),
+            errors_received: r.errors.load(Ordering::Relaxed),
+            bytes_received: r.bytes.load(Ordering::Relaxed),
+            uncompressed_bytes_received: r.decoded.load(Ordering::Relaxed),
+            messages_received: r.messages.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Response ids are distinct engine counters: a multiply-and-fold spreads
+/// them well at a fraction of SipHash's cost.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let h = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+
+/// The receive side of one connection.
+pub(crate) struct Receiver {
+    conn: Arc<Conn>,
+    run: Arc<RunState>,
+    inbound: Inbound,
+    /// Ids the transport took for sending (see `transport::Outgoing`).
+    sent_ids: std_mpsc::Receiver<u64>,
+    in_flight: IdSet,
+    /// Largest decoded answer or first token.
+    max_answer: usize,
+}
+
+impl Receiver {
+    pub(crate) fn new(
+        conn: Arc<Conn>,
+        run: Arc<RunState>,
+        inbound: Inbound,
+        sent_ids: std_mpsc::Receiver<u64>,
+        max_answer: usize,
+    ) -> Self {
+        Self {
+            conn,
+            run,
+            inbound,
+            sent_ids,
+            in_flight: IdSet::default(),
+            max_answer,
+        }
+    }
+
+    /// Completes answers until the stream ends or fails; a failure (or an
+    /// end while the QDL is not shutting down) aborts the run.
+    pub(crate) async fn run(mut self) {
+        let reason = loop {
+            match self.inbound.next().await {
+                Ok(Some(msg)) => {
+                    if let Err(reason) = self.handle(msg) {
+                        break reason;
+                    }
+                }
+                Ok(None) => break "stream closed by the node".to_string(),
+                Err(e) => break format!("stream error: {e}"),
+            }
+        };
+        if !self.run.closing() {
+            self.run.fail(format!("{}: {reason}", self.conn.label));
+        }
+    }
+
+    fn handle(&mut self, mut msg: FromNode) -> Result<(), String> {
+        let counters = &self.conn.received;
+        counters.messages.fetch_add(1, Ordering::Relaxed);
+        if msg.first_tokens.is_empty() && msg.answers.is_empty() && msg.errors.is_empty() {
+            return Ok(()); // a heartbeat: counting it is all the watchdog needs
+        }
+        // Every id the node can know of was queued here before it was sent.
+        while let Ok(id) = self.sent_ids.try_recv() {
+            self.in_flight.insert(id);
+        }
+        let max = self.max_answer;
+        // Bytes are counted before the completion, so that a test that has
+        // ended sees them all.
+        let count = |bytes: u64, decoded: u64| {
+            counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+            counters.decoded.fetch_add(decoded, Ordering::Relaxed);
+        };
+
+        if !msg.first_tokens.is_empty() {
+            let (mut bytes, mut decoded) = (0u64, 0u64);
+            for t in &mut msg.first_tokens {
+                if !self.in_flight.contains(&t.id) {
+                    return Err(never_sent("a first token", t.id));
+                }
+                bytes += t.payload.len() as u64;
+                t.payload = decode_wire(t.codec, std::mem::take(&mut t.payload), max)
+                    .map_err(|e| format!("first token of response id {}: {e}", t.id))?;
+                decoded += t.payload.len() as u64;
+            }
+            count(bytes, decoded);
+            let responses: Vec<QuerySampleResponse<'_>> = msg
+                .first_tokens
+                .iter()
+                .map(|t| QuerySampleResponse::new(t.id, &t.payload))
+                .collect();
+            self.completer()?.first_token_complete(&responses);
+            counters
+                .first_tokens
+                .fetch_add(responses.len() as u64, Ordering::Relaxed);
+        }
+
+        if !msg.answers.is_empty() {
+            let (mut bytes, mut decoded) = (0u64, 0u64);
+            for a in &mut msg.answers {
+                if !self.in_flight.remove(&a.id) {
+                    return Err(never_sent("an answer", a.id));
+                }
+                bytes += a.payload.len() as u64;
+                a.payload = decode_wire(a.codec, std::mem::take(&mut a.payload), max)
+                    .map_err(|e| format!("answer for response id {}: {e}", a.id))?;
+                decoded += a.payload.len() as u64;
+            }
+            count(bytes, decoded);
+            // All answers of one message in one call: one timestamp, one
+            // hand-off to the engine.
+            let responses: Vec<QuerySampleResponse<'_>> = msg
+                .answers
+                .iter()
+                .map(|a| QuerySampleResponse {
+                    id: a.id,
+                    data: &a.payload,
+                    n_tokens: a.n_tokens,
+                })
+                .collect();
+            self.completer()?.query_samples_complete(&responses);
+            let n = responses.len() as u64;
+            counters.answers.fetch_add(n, Ordering::Relaxed);
+            counters.done.fetch_add(n, Ordering::Relaxed);
+        }
+
+        if let Some(e) = msg.errors.first() {
+            let n = msg.errors.len() as u64;
+            counters.errors.fetch_add(n, Ordering::Relaxed);
+            counters.done.fetch_add(n, Ordering::Relaxed);
+            return Err(format!(
+                "the node could not answer response id {}: {}",
+                e.id, e.message
+            ));
+        }
+        Ok(())
+    }
+
+    fn completer(&self) -> Result<&Completer, String> {
+        // Unreachable in practice: ids are only sent after `attach`.
+        self.run
+            .completer()
+            .ok_or_else(|| "the node answered before any sample was issued".to_string())
+    }
+}
+
+fn never_sent(what: &str, id: u64) -> String {
+    format!("{what} for response id {id}, which is not outstanding on this connection (never sent, or already answered)")
+}
+
+/// Aborts the run when the connection has samples outstanding and nothing
+/// (no answer, no heartbeat) arrived for `stall`. Checks every tenth of
+/// `stall`, so it fires between `stall` and `1.2 * stall` after the silence
+/// began, never earlier.
+pub(crate) async fn watchdog(conn: Arc<Conn>, run: Arc<RunState>, stall: Duration) {
+    let tick = (stall / 10).max(Duration::from_millis(1));
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut seen = conn.messages();
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        interval.tick().await;
+        if run.closing() || run.failed() {
+            return;
+        }
+        let messages = conn.messages();
+        let outstanding = conn.outstanding();
+        if messages != seen || outstanding == 0 {
+            seen = messages;
+            quiet_since = None;
+            continue;
+        }
+        let since = *quiet_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= stall {
+            run.fail(format!(
+                "{}: stalled: nothing received (no answer, no heartbeat) for {stall:?} \
+                 with {outstanding} sample{} outstanding",
+                conn.label,
+                if outstanding == 1 { "" } else { "s" }
+            ));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_decode_within_the_limit() {
+        let b = Bytes::from_static(b"answer");
+        assert_eq!(decode_output(Codec::None, b.clone(), 6).unwrap(), b);
+        assert!(matches!(
+            decode_output(Codec::None, b.clone(), 5),
+            Err(CodecError::TooLarge { .. })
+        ));
+        let data = vec![3u8; 10_000];
+        for kind in [CodecKind::Zstd, CodecKind::Lz4] {
+            let frame = Bytes::from(compression::CodecSpec::from(kind).codec().compress(&data));
+            let codec = Codec::from(kind);
+            assert!(can_decode(codec));
+            assert_eq!(decode_output(codec, frame.clone(), 10_000).unwrap(), data);
+            assert_eq!(
+                decode_wire(kind.wire(), frame.clone(), 10_000).unwrap(),
+                data
+            );
+            let e = decode_output(codec, frame, 9_999).unwrap_err().to_string();
+            assert!(e.contains("declares 10000 bytes"), "{e}");
+            let garbage = Bytes::from_static(b"\x08\0\0\0xyz");
+            let e = decode_output(codec, garbage, 10_000)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("corrupt {kind} frame")), "{e}");
+        }
+        let e = decode_wire(99, b, 10).unwrap_err().to_string();
+        assert!(e.contains("unknown codec value 99"), "{e}");
+    }
+
+    #[test]
+    fn id_hasher_spreads_strided_ids() {
+        // Ids of one connection under round-robin are strided; the low bits
+        // of the hash (the bucket index) must still vary.
+        let low: HashSet<u64> = (0..64u64)
+            .map(|i| {
+                let mut h = IdHasher::default();
+                h.write_u64(1 + 4 * i);
+                h.finish() & 63
+            })
+            .collect();
+        assert!(low.len() > 32, "{}", low.len());
+    }
+}

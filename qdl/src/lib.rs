@@ -1,0 +1,663 @@
+//! The Query Dispatch Library (QDL): one system under test for the LoadGen
+//! that forwards every sample over the network to one or more sut-nodes
+//! (MLPerf Inference, Network division).
+//!
+//! The QDL does no pre-processing, batching, padding, caching or
+//! post-processing: each sample's bytes, as the QSL loaded them, are sent to a
+//! node the moment the LoadGen issues it, and each answer is handed to the
+//! LoadGen as it arrives (decompressed if the node compressed it, the one
+//! step the rules allow in the timed path).
+//!
+//! Data path: `issue_query` (LoadGen's issuing thread) looks up the sample's
+//! bytes, picks a connection by the [`DispatchPolicy`] and pushes one
+//! `ToNode` onto that connection's unbounded queue: no lock, no task spawn,
+//! no copy. The transport streams the queue to the node; each connection's
+//! receive task turns every `FromNode` into one `query_samples_complete` call.
+//! A watchdog per connection aborts the run when a node with outstanding
+//! samples goes silent. Every failure aborts the run through the Completer
+//! with a reason that names the node, so a run never hangs.
+
+mod config;
+mod conn;
+mod error;
+mod policy;
+mod report;
+mod transport;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use compression::wire::wire_name;
+use loadgen::sut::SutError;
+use loadgen::{Completer, QuerySample, QuerySampleIndex, SystemUnderTest};
+use proto::tls::ClientTls;
+use proto::{to_node, SampleRequest, SessionReply, SessionRequest, ToNode, PROTOCOL_VERSION};
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use config::{NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES};
+pub use conn::{decode_output, Counters};
+pub use error::QdlError;
+pub use policy::DispatchPolicy;
+pub use proto::Codec;
+
+use conn::{Conn, Receiver, RunState};
+use transport::{Inbound, Link, Outgoing};
+
+/// How long dropping a `Qdl` waits for the nodes to end their streams after
+/// it ended its own.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The QSL's loaded samples, as the QDL reads them.
+pub trait SampleData: Send + Sync {
+    /// Sample `index` as loaded (and possibly compressed, before the run) by
+    /// the QSL; `None` if it is not loaded. Called on the issuing thread for
+    /// every sample: it must be cheap (`Bytes` clones share the data).
+    fn sample(&self, index: QuerySampleIndex) -> Option<StoredSample>;
+}
+
+/// One loaded sample: the bytes the QDL sends as they are, their codec, and
+/// the sample's size before compression (for the report's ratio).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSample {
+    pub payload: Bytes,
+    pub codec: Codec,
+    pub raw_len: usize,
+}
+
+impl StoredSample {
+    /// An uncompressed sample.
+    pub fn raw(payload: Bytes) -> Self {
+        Self {
+            raw_len: payload.len(),
+            payload,
+            codec: Codec::None,
+        }
+    }
+}
+
+/// Traffic of one connection, for the run's report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionStats {
+    pub node: NodeAddr,
+    /// The name the node gave in its session.
+    pub node_name: String,
+    /// Which of the node's connections (0-based).
+    pub connection: usize,
+    pub counters: Counters,
+}
+
+/// Per-connection traffic since `connect`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QdlStats {
+    pub connections: Vec<ConnectionStats>,
+}
+
+impl QdlStats {
+    /// The sum over all connections.
+    pub fn total(&self) -> Counters {
+        let mut t = Counters::default();
+        for c in &self.connections {
+            t += c.counters;
+        }
+        t
+    }
+}
+
+struct Node {
+    addr: NodeAddr,
+    name: String,
+    /// The codec of its answers, from its session.
+    output_codec: Codec,
+    /// Its first connection, which also carries the Name RPC.
+    link: Link,
+}
+
+/// The network SUT. Serves one LoadGen test (one `start_test`); connect a new
+/// one for the next.
+pub struct Qdl {
+    nodes: Vec<Node>,
+    /// Connection `c` belongs to node `c / per_node`.
+    conns: Vec<Arc<Conn>>,
+    per_node: usize,
+    queues: Vec<mpsc::UnboundedSender<ToNode>>,
+    dispatcher: policy::Dispatcher,
+    data: Arc<dyn SampleData>,
+    input_codec: Codec,
+    connect_timeout: Duration,
+    run: Arc<RunState>,
+    /// The last response id issued: the engine's ids only grow within a test.
+    last_id: AtomicU64,
+    tasks: Vec<JoinHandle<()>>,
+    runtime: IoRuntime,
+}
+
+/// The QDL's own runtime. Shut down without blocking, so that a `Qdl` (or a
+/// failed `connect`) can be dropped anywhere, async code included.
+struct IoRuntime(Option<Runtime>);
+
+impl IoRuntime {
+    fn get(&self) -> &Runtime {
+        // Only `drop` takes it out.
+        self.0
+            .as_ref()
+            .expect("the runtime lives as long as the Qdl")
+    }
+}
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.shutdown_background();
+        }
+    }
+}
+
+/// One connection, its session accepted and its data stream open.
+struct Opened {
+    link: Link,
+    session: SessionReply,
+    queue: mpsc::UnboundedSender<ToNode>,
+    inbound: Inbound,
+    sent_ids: std_mpsc::Receiver<u64>,
+}
+
+fn label(addr: &NodeAddr, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("sut-node {addr} (name {n})"),
+        None => format!("sut-node {addr}"),
+    }
+}
+
+impl Qdl {
+    /// Opens `connections_per_node` connections to every node, starts a
+    /// session on each and opens its data stream. Fails on the first node
+    /// that cannot be reached, refuses the session, is not ready, speaks
+    /// another protocol version or cannot exchange the configured codecs.
+    pub fn connect(config: QdlConfig, data: Arc<dyn SampleData>) -> Result<Qdl, QdlError> {
+        config.validate()?;
+        let io = IoRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("qdl-io")
+                .enable_all()
+                .build()
+                .map_err(QdlError::Runtime)?,
+        ));
+        let runtime = io.get();
+        let per_node = config.connections_per_node;
+        let request = SessionRequest {
+            protocol_version: PROTOCOL_VERSION,
+            model: config.model.clone(),
+            scenario: config.scenario.clone(),
+            input_codec: config.input_codec as i32,
+        };
+        let opened = block_on(
+            runtime,
+            open_all(
+                config.nodes.clone(),
+                per_node,
+                request,
+                config.input_codec,
+                config.connect_timeout,
+                config.tls.clone().map(Arc::new),
+            ),
+        )
+        .ok_or_else(|| QdlError::Config("the QDL's runtime stopped while connecting".into()))??;
+
+        let names = node_names(&config.nodes, per_node, &opened)?;
+        let run = Arc::new(RunState::new());
+        let mut nodes = Vec::with_capacity(config.nodes.len());
+        let mut conns = Vec::with_capacity(opened.len());
+        let mut queues = Vec::with_capacity(opened.len());
+        let mut tasks = Vec::with_capacity(opened.len());
+        for (c, o) in opened.into_iter().enumerate() {
+            let n = c / per_node;
+            let addr = &config.nodes[n];
+            if c % per_node == 0 {
+                tracing::info!(
+                    "connected to {}: backend {:?}, max batch size {}, {} connection(s)",
+                    label(addr, Some(&names[n])),
+                    o.session.backend,
+                    o.session.max_batch_size,
+                    per_node
+                );
+                nodes.push(Node {
+                    // The transport really used: grpc:// with TLS is grpcs.
+                    addr: addr.effective(config.tls.is_some()),
+                    name: names[n].clone(),
+                    // Checked by `check_session`: a codec this QDL decodes.
+                    output_codec: Codec::try_from(o.session.output_codec).unwrap_or(Codec::None),
+                    link: o.link.clone(),
+                });
+            }
+            let conn = Arc::new(Conn::new(label(addr, Some(&names[n]))));
+            let receiver = Receiver::new(
+                conn.clone(),
+                run.clone(),
+                o.inbound,
+                o.sent_ids,
+                config.max_answer_bytes,
+            );
+            tasks.push(runtime.spawn(receiver.run()));
+            runtime.spawn(conn::watchdog(
+                conn.clone(),
+                run.clone(),
+                config.stall_timeout,
+            ));
+            conns.push(conn);
+            queues.push(o.queue);
+        }
+        Ok(Qdl {
+            nodes,
+            conns,
+            per_node,
+            queues,
+            dispatcher: policy::Dispatcher::new(&config.policy, config.nodes.len(), per_node),
+            data,
+            input_codec: config.input_codec,
+            connect_timeout: config.connect_timeout,
+            run,
+            last_id: AtomicU64::new(0),
+            tasks,
+            runtime: io,
+        })
+    }
+
+    /// The nodes' names, as their sessions reported them, in node order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Traffic per connection so far.
+    pub fn stats(&self) -> QdlStats {
+        let per_node = self.per_node;
+        QdlStats {
+            connections: self
+                .conns
+                .iter()
+                .enumerate()
+                .map(|(c, conn)| {
+                    let node = &self.nodes[c / per_node];
+                    ConnectionStats {
+                        node: node.addr.clone(),
+                        node_name: node.name.clone(),
+                        connection: c % per_node,
+                        counters: conn.counters(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn fail_sample(&self, completer: &Completer, reason: String) {
+        self.run.fail(reason.clone());
+        // In case the run had already failed for another reason, or is
+        // shutting down: this query must not wait for an answer either.
+        completer.abort(reason);
+    }
+}
+
+impl SystemUnderTest for Qdl {
+    /// Asks every node for its name (a round trip each, concurrently) and
+    /// returns `Network SUT (N nodes: a, b, ...)`. Node names must be unique.
+    fn name(&self) -> Result<String, SutError> {
+        let runtime = self.runtime.get();
+        let timeout = self.connect_timeout;
+        let calls: Vec<(usize, Link)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.link.clone()))
+            .collect();
+        let answers = block_on(runtime, async move {
+            let mut set = JoinSet::new();
+            for (i, link) in calls {
+                set.spawn(async move {
+                    let r = match tokio::time::timeout(timeout, link.name()).await {
+                        Ok(r) => r.map_err(|e| e.0),
+                        Err(_) => Err(format!("no answer within {timeout:?}")),
+                    };
+                    (i, r)
+                });
+            }
+            let mut out = BTreeMap::new();
+            while let Some(done) = set.join_next().await {
+                if let Ok((i, r)) = done {
+                    out.insert(i, r);
+                }
+            }
+            out
+        })
+        .ok_or_else(|| SutError("the QDL's runtime stopped".into()))?;
+
+        let mut names = Vec::with_capacity(self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            let fail = |reason: String| {
+                SutError(
+                    QdlError::Rpc {
+                        node: label(&node.addr, Some(&node.name)),
+                        step: "Name",
+                        reason,
+                    }
+                    .to_string(),
+                )
+            };
+            match answers.get(&i) {
+                Some(Ok(name)) if name.is_empty() => {
+                    return Err(fail("the node reported an empty name".into()))
+                }
+                Some(Ok(name)) => names.push(name.clone()),
+                Some(Err(e)) => return Err(fail(e.clone())),
+                None => return Err(fail("the call did not complete".into())),
+            }
+        }
+        let addrs: Vec<&NodeAddr> = self.nodes.iter().map(|n| &n.addr).collect();
+        check_unique(&names, &addrs).map_err(|e| SutError(e.to_string()))?;
+        let n = names.len();
+        Ok(format!(
+            "Network SUT ({n} node{}: {})",
+            if n == 1 { "" } else { "s" },
+            names.join(", ")
+        ))
+    }
+
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+            return;
+        };
+        // A new test hands out ids from 1 again, with a new Completer that
+        // the receive tasks do not know: refuse rather than leave it waiting.
+        if first.id <= self.last_id.load(Ordering::Relaxed) {
+            completer.abort(
+                "the network SUT serves one test only: connect a new Qdl for each test".into(),
+            );
+            return;
+        }
+        if !self.run.attach(completer) {
+            return;
+        }
+        for s in samples {
+            let Some(StoredSample {
+                payload,
+                codec,
+                raw_len,
+            }) = self.data.sample(s.index)
+            else {
+                return self.fail_sample(
+                    completer,
+                    format!(
+                        "the QSL has no loaded data for sample index {} (response id {})",
+                        s.index, s.id
+                    ),
+                );
+            };
+            if codec != self.input_codec && codec != Codec::None {
+                return self.fail_sample(
+                    completer,
+                    format!(
+                        "sample index {} is encoded as {}, but the sessions announced {}",
+                        s.index,
+                        codec.as_str_name(),
+                        self.input_codec.as_str_name()
+                    ),
+                );
+            }
+            let c = self.dispatcher.pick(|c| self.conns[c].outstanding());
+            let conn = &self.conns[c];
+            conn.count_sent(payload.len(), raw_len);
+            let msg = ToNode {
+                kind: Some(to_node::Kind::Sample(SampleRequest {
+                    id: s.id,
+                    payload,
+                    codec: codec as i32,
+                })),
+            };
+            if self.queues[c].send(msg).is_err() {
+                return self.fail_sample(completer, format!("{}: stream closed", conn.label));
+            }
+        }
+        self.last_id.store(last.id, Ordering::Relaxed);
+    }
+
+    /// Nothing to flush: every sample was sent when it was issued.
+    fn flush_queries(&self) {}
+
+    /// Transport, nodes, connections, codecs and bytes on the wire (see
+    /// `report.rs`).
+    fn report(&self) -> Vec<(String, String)> {
+        report::facts(self)
+    }
+}
+
+impl Drop for Qdl {
+    /// Ends every data stream and waits (briefly) for the nodes to end
+    /// theirs, so both sides see a clean close rather than a reset.
+    fn drop(&mut self) {
+        self.run.begin_close();
+        self.queues.clear();
+        let tasks = std::mem::take(&mut self.tasks);
+        let _ = block_on_timeout(self.runtime.get(), CLOSE_GRACE, async move {
+            for t in tasks {
+                let _ = t.await;
+            }
+        });
+        // The runtime itself goes with `self.runtime`, after this.
+    }
+}
+
+/// Runs `fut` on `runtime` and waits for it from this thread. Unlike
+/// `Runtime::block_on` this also works from inside another runtime.
+fn block_on<F>(runtime: &Runtime, fut: F) -> Option<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std_mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().ok()
+}
+
+fn block_on_timeout<F>(runtime: &Runtime, limit: Duration, fut: F) -> Option<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    block_on(runtime, async move {
+        tokio::time::timeout(limit, fut).await.ok()
+    })
+    .flatten()
+}
+
+/// Opens every connection concurrently; the first failure wins (the others
+/// are cancelled).
+async fn open_all(
+    nodes: Vec<NodeAddr>,
+    per_node: usize,
+    request: SessionRequest,
+    input_codec: Codec,
+    timeout: Duration,
+    tls: Option<Arc<ClientTls>>,
+) -> Result<Vec<Opened>, QdlError> {
+    let mut set = JoinSet::new();
+    for (n, addr) in nodes.iter().enumerate() {
+        for k in 0..per_node {
+            let (addr, request, tls) = (addr.clone(), request.clone(), tls.clone());
+            set.spawn(async move {
+                let r = open_one(&addr, request, input_codec, timeout, tls.as_deref()).await;
+                (n * per_node + k, r)
+            });
+        }
+    }
+    let mut opened: Vec<Option<Opened>> = (0..nodes.len() * per_node).map(|_| None).collect();
+    while let Some(done) = set.join_next().await {
+        match done {
+            Ok((c, r)) => opened[c] = Some(r?),
+            Err(e) => return Err(QdlError::Config(format!("a connection task failed: {e}"))),
+        }
+    }
+    opened
+        .into_iter()
+        .map(|o| o.ok_or_else(|| QdlError::Config("a connection was not opened".into())))
+        .collect()
+}
+
+async fn open_one(
+    addr: &NodeAddr,
+    request: SessionRequest,
+    input_codec: Codec,
+    timeout: Duration,
+    tls: Option<&ClientTls>,
+) -> Result<Opened, QdlError> {
+    let node = label(addr, None);
+    let late = |what: &str| format!("no {what} within {timeout:?}");
+    let link = match tokio::time::timeout(timeout, Link::connect(addr, tls, timeout)).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return Err(QdlError::Connect { node, reason: e.0 }),
+        Err(_) => {
+            return Err(QdlError::Connect {
+                node,
+                reason: late("connection"),
+            })
+        }
+    };
+    let rpc_err = |node: &str, step: &'static str, reason: String| QdlError::Rpc {
+        node: node.to_string(),
+        step,
+        reason,
+    };
+    let session = match tokio::time::timeout(timeout, link.start_session(request)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(rpc_err(&node, "StartSession", e.0)),
+        Err(_) => return Err(rpc_err(&node, "StartSession", late("reply"))),
+    };
+    let node = match session.node_name.as_str() {
+        "" => node,
+        name => label(addr, Some(name)),
+    };
+    check_session(&node, &session, input_codec)?;
+
+    let (queue, queued) = mpsc::unbounded_channel();
+    let (ids_tx, sent_ids) = std_mpsc::channel();
+    let inbound =
+        match tokio::time::timeout(timeout, link.open(Outgoing::new(queued, ids_tx))).await {
+            Ok(Ok(i)) => i,
+            Ok(Err(e)) => return Err(rpc_err(&node, "opening the Infer stream", e.0)),
+            Err(_) => return Err(rpc_err(&node, "opening the Infer stream", late("reply"))),
+        };
+    Ok(Opened {
+        link,
+        session,
+        queue,
+        inbound,
+        sent_ids,
+    })
+}
+
+fn check_session(node: &str, s: &SessionReply, input_codec: Codec) -> Result<(), QdlError> {
+    let node = node.to_string();
+    if s.protocol_version != PROTOCOL_VERSION {
+        return Err(QdlError::Version {
+            node,
+            node_version: s.protocol_version,
+            ours: PROTOCOL_VERSION,
+        });
+    }
+    if !s.refusal.is_empty() {
+        return Err(QdlError::Refused {
+            node,
+            reason: s.refusal.clone(),
+        });
+    }
+    if !s.ready {
+        return Err(QdlError::NotReady { node });
+    }
+    if s.node_name.is_empty() {
+        return Err(QdlError::Incompatible {
+            node,
+            reason: "the node reported an empty name".into(),
+        });
+    }
+    if input_codec != Codec::None && !s.input_codecs.contains(&(input_codec as i32)) {
+        let decodes: Vec<String> = s.input_codecs.iter().map(|c| wire_name(*c)).collect();
+        return Err(QdlError::Incompatible {
+            node,
+            reason: format!(
+                "the node cannot decode {} inputs (it decodes {}); send inputs in a codec it \
+                 decodes (loadgen-node --input-codec) or update the node",
+                wire_name(input_codec as i32),
+                if decodes.is_empty() {
+                    "none".to_string()
+                } else {
+                    decodes.join(", ")
+                }
+            ),
+        });
+    }
+    match Codec::try_from(s.output_codec) {
+        Ok(c) if conn::can_decode(c) => Ok(()),
+        Ok(c) => Err(QdlError::Incompatible {
+            node,
+            reason: format!(
+                "the node answers in {}, which this QDL cannot decode",
+                wire_name(c as i32)
+            ),
+        }),
+        Err(_) => Err(QdlError::Incompatible {
+            node,
+            reason: format!("the node answers in unknown codec {}", s.output_codec),
+        }),
+    }
+}
+
+/// Each node's name from its sessions; all its connections must agree, and
+/// no two nodes may share a name.
+fn node_names(
+    addrs: &[NodeAddr],
+    per_node: usize,
+    opened: &[Opened],
+) -> Result<Vec<String>, QdlError> {
+    let mut names = Vec::with_capacity(addrs.len());
+    for (n, addr) in addrs.iter().enumerate() {
+        let sessions = &opened[n * per_node..(n + 1) * per_node];
+        let name = sessions[0].session.node_name.clone();
+        if let Some(other) = sessions.iter().find(|o| o.session.node_name != name) {
+            return Err(QdlError::Incompatible {
+                node: label(addr, None),
+                reason: format!(
+                    "its connections report different names ({name:?} and {:?})",
+                    other.session.node_name
+                ),
+            });
+        }
+        names.push(name);
+    }
+    let refs: Vec<&NodeAddr> = addrs.iter().collect();
+    check_unique(&names, &refs)?;
+    Ok(names)
+}
+
+fn check_unique(names: &[String], addrs: &[&NodeAddr]) -> Result<(), QdlError> {
+    let mut by_name: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (name, addr) in names.iter().zip(addrs) {
+        by_name.entry(name).or_default().push(addr.to_string());
+    }
+    let dups: Vec<String> = by_name
+        .into_iter()
+        .filter(|(_, a)| a.len() > 1)
+        .map(|(name, a)| format!("{name:?} ({})", a.join(", ")))
+        .collect();
+    if dups.is_empty() {
+        Ok(())
+    } else {
+        Err(QdlError::DuplicateNames(dups.join("; ")))
+    }
+}

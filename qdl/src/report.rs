@@ -1,0 +1,115 @@
+//! What the QDL reports about a run (`SystemUnderTest::report`): each pair
+//! becomes a detail-log record and a line of the summary's "System under
+//! test" block.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `network_transport` | how the nodes are reached (`grpc`); `NAME: T, ...` when they differ |
+//! | `network_nodes` | `N (NAME at ADDR, ...)` |
+//! | `network_connections` | `C (K per node)` |
+//! | `network_input_codec` | the codec of the samples sent (`none`, `zstd`, `lz4`) |
+//! | `network_output_codec` | the nodes' answer codec; `NAME: C, ...` when they differ |
+//! | `network_bytes_sent` | sample payload bytes sent, as sent (compressed, if they are) |
+//! | `network_bytes_received` | answer and first-token payload bytes received, as received |
+//! | `network_input_compression_ratio` | uncompressed / sent bytes of the samples sent (`n/a` before any) |
+//! | `network_output_compression_ratio` | decoded / received bytes of the answers (`n/a` before any) |
+//!
+//! Everything comes from the per-connection counters, read once here: the
+//! hot path only adds to relaxed atomics.
+
+use compression::CodecKind;
+
+use crate::Qdl;
+
+pub(crate) fn facts(qdl: &Qdl) -> Vec<(String, String)> {
+    let total = qdl.stats().total();
+    let names: Vec<&str> = qdl.nodes.iter().map(|n| n.name.as_str()).collect();
+    let transports: Vec<String> = qdl
+        .nodes
+        .iter()
+        .map(|n| format!("{:?}", n.addr.transport).to_ascii_lowercase())
+        .collect();
+    let output_codecs: Vec<String> = qdl
+        .nodes
+        .iter()
+        .map(|n| CodecKind::from(n.output_codec).name().to_string())
+        .collect();
+    let nodes = qdl
+        .nodes
+        .iter()
+        .map(|n| format!("{} at {}", n.name, n.addr))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        fact("network_transport", per_node(&names, &transports)),
+        fact("network_nodes", format!("{} ({nodes})", qdl.nodes.len())),
+        fact(
+            "network_connections",
+            format!("{} ({} per node)", qdl.conns.len(), qdl.per_node),
+        ),
+        fact(
+            "network_input_codec",
+            CodecKind::from(qdl.input_codec).name().to_string(),
+        ),
+        fact("network_output_codec", per_node(&names, &output_codecs)),
+        fact("network_bytes_sent", total.bytes_sent.to_string()),
+        fact("network_bytes_received", total.bytes_received.to_string()),
+        fact(
+            "network_input_compression_ratio",
+            ratio(total.uncompressed_bytes_sent, total.bytes_sent),
+        ),
+        fact(
+            "network_output_compression_ratio",
+            ratio(total.uncompressed_bytes_received, total.bytes_received),
+        ),
+    ]
+}
+
+fn fact(key: &str, value: String) -> (String, String) {
+    (key.to_string(), value)
+}
+
+/// The value shared by every node, or `name: value` for each when they
+/// differ.
+fn per_node(names: &[&str], values: &[String]) -> String {
+    match values.first() {
+        Some(first) if values.iter().all(|v| v == first) => first.clone(),
+        Some(_) => names
+            .iter()
+            .zip(values)
+            .map(|(n, v)| format!("{n}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => String::new(),
+    }
+}
+
+/// `uncompressed / wire` with three decimals; `n/a` when nothing travelled.
+fn ratio(uncompressed: u64, wire: u64) -> String {
+    if wire == 0 {
+        "n/a".to_string()
+    } else {
+        format!("{:.3}", uncompressed as f64 / wire as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_per_node_only_when_they_differ() {
+        let same = ["lz4".to_string(), "lz4".to_string()];
+        assert_eq!(per_node(&["a", "b"], &same), "lz4");
+        let differ = ["lz4".to_string(), "none".to_string()];
+        assert_eq!(per_node(&["a", "b"], &differ), "a: lz4, b: none");
+        assert_eq!(per_node(&[], &[]), "");
+    }
+
+    #[test]
+    fn ratios() {
+        assert_eq!(ratio(300, 100), "3.000");
+        assert_eq!(ratio(100, 108), "0.926");
+        assert_eq!(ratio(0, 0), "n/a");
+    }
+}

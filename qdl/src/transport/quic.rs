@@ -1,0 +1,264 @@
+//! QUIC (quinn): one QUIC connection per [`QuicLink`], on the QDL's runtime.
+//! Every request is a bidirectional stream of its own, framed as
+//! `proto::quic` describes: the control requests (Name, StartSession) come
+//! and go; the Infer stream lasts the run, `ToNode` frames up and `FromNode`
+//! frames down.
+//!
+//! One task per connection writes the samples: it takes everything queued
+//! at once (one write for a burst); the connection's receive task reads the
+//! answers through [`QuicInbound`]. Nothing is spawned per sample.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use prost::Message;
+use proto::quic::{
+    encode_message, stream_type, Frame, FrameDecoder, FrameWriter, ALPN, MAX_CONTROL_FRAME,
+    MAX_DATA_FRAME,
+};
+use proto::tls::{ClientTls, Presented};
+use proto::{FromNode, NameReply, NameRequest, SessionReply, SessionRequest};
+use quinn::{RecvStream, SendStream};
+use tokio_stream::{Stream, StreamExt};
+
+use super::Outgoing;
+use crate::config::NodeAddr;
+use crate::error::TransportError;
+
+/// Largest UDP payload path MTU discovery tries.
+const MAX_UDP_PAYLOAD: u16 = 65_527;
+/// Most bytes of samples handed to quinn in one write.
+const MAX_WRITE: usize = 1 << 20;
+
+/// The QDL's QUIC settings (the node's are in `sut-node`).
+fn transport_config() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    // The node opens no streams.
+    t.max_concurrent_bidi_streams(0u32.into());
+    t.max_concurrent_uni_streams(0u32.into());
+    t.stream_receive_window((8u32 << 20).into());
+    t.receive_window((32u32 << 20).into());
+    t.send_window(32 << 20);
+    // A run may start long after the session (the QSL loads its samples
+    // first): keep the connection alive meanwhile. A stalled node is the
+    // stall watchdog's business, within --node-timeout.
+    t.keep_alive_interval(Some(Duration::from_secs(2)));
+    // Let path MTU discovery go past Ethernet's 1500 bytes where the path
+    // allows (jumbo frames, loopback): fewer, larger packets per sample.
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    t.mtu_discovery_config(Some(mtu));
+    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
+        30_000,
+    ))));
+    t
+}
+
+/// UDP socket buffers asked for (the kernel caps them at its maximum,
+/// `net.core.rmem_max`/`wmem_max`): the default (about 200 KiB) overflows
+/// under bursts of large samples, and every datagram dropped there is a loss
+/// that slows QUIC's congestion control down.
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// A UDP socket on `addr` with large buffers.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let sock = socket2::SockRef::from(&socket);
+    // Best effort: a smaller buffer only costs throughput.
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    Ok(socket)
+}
+
+#[derive(Clone)]
+pub(crate) struct QuicLink {
+    conn: quinn::Connection,
+    /// The UDP socket; it lives as long as a clone of the link.
+    _endpoint: quinn::Endpoint,
+}
+
+impl QuicLink {
+    pub(crate) async fn connect(addr: &NodeAddr, tls: &ClientTls) -> Result<Self, TransportError> {
+        let remote: SocketAddr = tokio::net::lookup_host(addr.authority())
+            .await
+            .map_err(|e| TransportError(format!("cannot resolve {addr}: {e}")))?
+            .next()
+            .ok_or_else(|| TransportError(format!("{addr} resolves to no address")))?;
+        let local: SocketAddr = if remote.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = udp_socket(local)
+            .map_err(|e| TransportError(format!("cannot open a UDP socket: {e}")))?;
+        let mut endpoint_config = quinn::EndpointConfig::default();
+        // In range by construction (1200..=65527): datagrams past 1452
+        // bytes are accepted once path MTU discovery finds them usable.
+        let _ = endpoint_config.max_udp_payload_size(MAX_UDP_PAYLOAD);
+        let endpoint =
+            quinn::Endpoint::new(endpoint_config, None, socket, Arc::new(quinn::TokioRuntime))
+                .map_err(|e| TransportError(format!("cannot open a QUIC endpoint: {e}")))?;
+        let (crypto, presented) = tls
+            .client_config(ALPN)
+            .map_err(|e| TransportError(e.to_string()))?;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
+            .map_err(|e| TransportError(format!("TLS configuration for QUIC: {e}")))?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(transport_config()));
+        let name = super::tls::server_name(addr)?.to_str().into_owned();
+        let conn = endpoint
+            .connect_with(config, remote, &name)
+            .map_err(|e| TransportError(format!("cannot connect: {e}")))?
+            .await
+            .map_err(|e| handshake_error(e, tls, &presented))?;
+        Ok(Self {
+            conn,
+            _endpoint: endpoint,
+        })
+    }
+
+    pub(crate) async fn name(&self) -> Result<String, TransportError> {
+        let reply: NameReply = self.call(stream_type::NAME, &NameRequest {}).await?;
+        Ok(reply.name)
+    }
+
+    pub(crate) async fn start_session(
+        &self,
+        req: SessionRequest,
+    ) -> Result<SessionReply, TransportError> {
+        self.call(stream_type::START_SESSION, &req).await
+    }
+
+    /// One control request on a stream of its own.
+    async fn call<Rep: Message + Default>(
+        &self,
+        kind: u8,
+        request: &impl Message,
+    ) -> Result<Rep, TransportError> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(text)?;
+        let mut buf = BytesMut::new();
+        buf.put_u8(kind);
+        encode_message(request, &mut buf).map_err(text)?;
+        send.write_chunk(buf.freeze()).await.map_err(text)?;
+        send.finish().map_err(text)?;
+        let mut decoder = FrameDecoder::new(MAX_CONTROL_FRAME);
+        match read_frame(&mut recv, &mut decoder).await? {
+            Some(Frame::Message(body)) => {
+                Rep::decode(body).map_err(|e| TransportError(format!("undecodable reply: {e}")))
+            }
+            Some(Frame::Error(e)) => Err(TransportError(e)),
+            None => Err(TransportError(
+                "the node ended the stream without a reply".into(),
+            )),
+        }
+    }
+
+    /// Opens the Infer stream: waits for the node to accept it, then starts
+    /// the task that writes `outgoing` to it.
+    pub(crate) async fn open(&self, outgoing: Outgoing) -> Result<QuicInbound, TransportError> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(text)?;
+        send.write_chunk(bytes::Bytes::from_static(&[stream_type::INFER]))
+            .await
+            .map_err(text)?;
+        let mut decoder = FrameDecoder::new(MAX_DATA_FRAME);
+        match read_frame(&mut recv, &mut decoder).await? {
+            Some(Frame::Message(_)) => {}
+            Some(Frame::Error(e)) => return Err(TransportError(e)),
+            None => return Err(TransportError("the node ended the stream at once".into())),
+        }
+        tokio::spawn(send_samples(send, outgoing));
+        Ok(QuicInbound { recv, decoder })
+    }
+}
+
+/// Writes the queued samples until the queue ends (the QDL closes), then
+/// ends the stream. A failed write ends it too: the receive side reports why.
+async fn send_samples(mut send: SendStream, mut outgoing: Outgoing) {
+    let mut w = FrameWriter::new();
+    while let Some(first) = outgoing.next().await {
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            if let Err(e) = w.to_node(&message) {
+                tracing::error!("cannot send a sample: {e}");
+                let _ = send.reset(1u32.into());
+                return;
+            }
+            if w.len() < MAX_WRITE {
+                // Whatever else is queued goes in the same write.
+                next = std::future::poll_fn(|cx| {
+                    Poll::Ready(match std::pin::Pin::new(&mut outgoing).poll_next(cx) {
+                        Poll::Ready(m) => m,
+                        Poll::Pending => None,
+                    })
+                })
+                .await;
+            }
+        }
+        let chunks = w.take_chunks();
+        let sent = send.write_all_chunks(chunks).await;
+        chunks.clear();
+        if sent.is_err() {
+            return;
+        }
+    }
+    let _ = send.finish();
+}
+
+/// The node's side of an open Infer stream.
+pub(crate) struct QuicInbound {
+    recv: RecvStream,
+    decoder: FrameDecoder,
+}
+
+impl QuicInbound {
+    /// The next message; `Ok(None)` once the node has ended the stream.
+    pub(crate) async fn next(&mut self) -> Result<Option<FromNode>, TransportError> {
+        match read_frame(&mut self.recv, &mut self.decoder).await? {
+            Some(Frame::Message(body)) => FromNode::decode(body)
+                .map(Some)
+                .map_err(|e| TransportError(format!("undecodable FromNode message: {e}"))),
+            Some(Frame::Error(e)) => Err(TransportError(format!("the node ended the stream: {e}"))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The next frame of `recv`; `None` at a clean end of the stream.
+async fn read_frame(
+    recv: &mut RecvStream,
+    decoder: &mut FrameDecoder,
+) -> Result<Option<Frame>, TransportError> {
+    loop {
+        if let Some(frame) = decoder.next_frame().map_err(text)? {
+            return Ok(Some(frame));
+        }
+        match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => decoder.push(chunk.bytes),
+            Ok(None) => {
+                decoder.finish().map_err(text)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(text(e)),
+        }
+    }
+}
+
+fn text(e: impl std::fmt::Display) -> TransportError {
+    TransportError(e.to_string())
+}
+
+/// A failed handshake, said plainly: a pin mismatch with both fingerprints,
+/// a refused client certificate, or quinn's reason.
+fn handshake_error(
+    e: quinn::ConnectionError,
+    tls: &ClientTls,
+    presented: &Presented,
+) -> TransportError {
+    if let Some(why) = tls.pin_mismatch(presented) {
+        return TransportError(why);
+    }
+    TransportError(format!("QUIC handshake failed: {e}"))
+}

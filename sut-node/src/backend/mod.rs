@@ -1,0 +1,61 @@
+//! Inference backends. Each one implements [`Backend`] in its own module.
+//!
+//! Backends are synchronous: the batcher calls them from its own worker
+//! thread, never from the async runtime, so a backend may block on its
+//! accelerator (or sleep, for the synthetic one) as long as a batch takes.
+
+use bytes::Bytes;
+use thiserror::Error;
+
+pub mod synthetic;
+
+/// A sample's final answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub payload: Bytes,
+    /// LLM backends: the number of generated tokens; 0 otherwise.
+    pub n_tokens: i64,
+}
+
+/// One sample's result: its answer, or why this sample alone failed (the
+/// rest of its batch is unaffected).
+pub type Output = Result<Answer, String>;
+
+/// A failure of the backend itself: at load time, or for a whole batch.
+#[derive(Debug, Clone, Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// What the batcher says about a batch besides its inputs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// The batch was already waiting when the previous one finished, so it
+    /// follows that one without a gap, as on a fully busy accelerator.
+    pub back_to_back: bool,
+}
+
+/// Where a backend sends a sample's first token as soon as it has it, before
+/// the batch is done (LLM benchmarks measure the time to first token).
+pub trait FirstTokenSink {
+    /// `index` is the sample's position in the batch given to `infer`.
+    fn first_token(&mut self, index: usize, payload: Bytes);
+}
+
+pub trait Backend: Send + Sync + 'static {
+    /// Reported to the LoadGen node in `SessionReply.backend`.
+    fn name(&self) -> &str;
+
+    /// Loads the model and runs whatever makes the first real batch as fast
+    /// as the next ones. The node reports ready only after this returns.
+    fn warm_up(&self) -> Result<(), BackendError>;
+
+    /// Runs one batch of decoded inputs and returns one output per input, in
+    /// order. LLM backends call `first_tokens` for each sample before
+    /// returning; others ignore it.
+    fn infer(
+        &self,
+        inputs: &[Bytes],
+        info: BatchInfo,
+        first_tokens: &mut dyn FirstTokenSink,
+    ) -> Result<Vec<Output>, BackendError>;
+}

@@ -1,0 +1,329 @@
+//! Dynamic batching, independent of any backend.
+//!
+//! Jobs from any number of streams queue up; one dedicated worker thread
+//! takes up to `max_batch_size` of them at a time and runs them. While the
+//! worker is busy, jobs accumulate, so the next batch is as full as the load
+//! allows. With a partial batch the worker waits until the oldest job has
+//! waited `max_wait` (or the batch fills) before running it.
+//!
+//! The queue is a mutex-protected deque rather than a channel so that a
+//! submitter pushes a whole chunk of jobs, and the worker takes a whole
+//! batch, under one lock each. The queue holds at most `capacity` jobs:
+//! `submit` waits for room, which pushes back on the network stream.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPolicy {
+    /// At least 1.
+    pub max_batch_size: usize,
+    /// How long a job may wait for its batch to fill; zero: run what is
+    /// queued as soon as the worker is free.
+    pub max_wait: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("the batcher is closed")]
+pub struct Closed;
+
+pub struct Batcher<J> {
+    shared: Arc<Shared<J>>,
+    capacity: usize,
+}
+
+struct Shared<J> {
+    state: Mutex<State<J>>,
+    /// Signalled when the idle worker has something to do.
+    work: Condvar,
+    /// Free room in the queue, in jobs.
+    room: Semaphore,
+    policy: BatchPolicy,
+}
+
+struct State<J> {
+    queue: VecDeque<(Instant, J)>,
+    closed: bool,
+    /// The worker waits on `work`: only then do submitters signal it.
+    worker_waiting: bool,
+}
+
+impl<J> Shared<J> {
+    fn lock(&self) -> MutexGuard<'_, State<J>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<J: Send + 'static> Batcher<J> {
+    /// Starts the worker thread, which calls `run` with each batch (never
+    /// empty) and whether it is back to back with the previous one: ready
+    /// when that one finished, so the worker went straight on to it without
+    /// waiting (as on a fully busy accelerator). `run` may drain the batch;
+    /// whatever it leaves is dropped.
+    pub fn start(
+        policy: BatchPolicy,
+        capacity: usize,
+        run: impl FnMut(&mut Vec<J>, bool) + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let policy = BatchPolicy {
+            max_batch_size: policy.max_batch_size.max(1),
+            ..policy
+        };
+        // Bounded so that any chunk's permit count fits the semaphore's u32.
+        let capacity = capacity.clamp(1, 1 << 30);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                closed: false,
+                worker_waiting: false,
+            }),
+            work: Condvar::new(),
+            room: Semaphore::new(capacity),
+            policy,
+        });
+        let worker = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("sut-node-batcher".into())
+            .spawn(move || work(&worker, run))?;
+        Ok(Self { shared, capacity })
+    }
+
+    /// Queues all of `jobs` (leaving it empty), waiting for room in the
+    /// queue as needed. Cancel-safe: if the future is dropped, or the
+    /// batcher is closed, the jobs not yet queued are left in `jobs`.
+    pub async fn submit(&self, jobs: &mut Vec<J>) -> Result<(), Closed> {
+        while !jobs.is_empty() {
+            let n = jobs.len().min(self.capacity);
+            let permits = u32::try_from(n).map_err(|_| Closed)?;
+            self.shared
+                .room
+                .acquire_many(permits)
+                .await
+                .map_err(|_| Closed)?
+                // Given back by the worker when it takes the jobs.
+                .forget();
+            let mut state = self.shared.lock();
+            if state.closed {
+                return Err(Closed);
+            }
+            let was_empty = state.queue.is_empty();
+            let now = Instant::now();
+            state.queue.extend(jobs.drain(..n).map(|job| (now, job)));
+            // A worker waiting on a partial batch only cares once it is full.
+            let full = state.queue.len() >= self.shared.policy.max_batch_size;
+            if state.worker_waiting && (was_empty || full) {
+                self.shared.work.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the worker after its current batch; queued jobs are dropped and
+    /// submitters get `Closed`.
+    pub fn close(&self) {
+        close(&self.shared);
+    }
+}
+
+impl<J> Drop for Batcher<J> {
+    fn drop(&mut self) {
+        close(&self.shared);
+    }
+}
+
+fn close<J>(shared: &Shared<J>) {
+    let mut state = shared.lock();
+    state.closed = true;
+    state.queue.clear();
+    shared.room.close();
+    shared.work.notify_one();
+}
+
+fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, bool)) {
+    let BatchPolicy {
+        max_batch_size,
+        max_wait,
+    } = shared.policy;
+    let mut batch = Vec::with_capacity(max_batch_size);
+    // Whether the next batch follows the previous one without a wait.
+    let mut back_to_back = false;
+    loop {
+        let mut state = shared.lock();
+        loop {
+            if state.closed {
+                return;
+            }
+            let queued = state.queue.len();
+            if queued >= max_batch_size {
+                break;
+            }
+            let timeout = match state.queue.front() {
+                None => None,
+                Some((oldest, _)) => {
+                    let left = (*oldest + max_wait).saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    Some(left)
+                }
+            };
+            state.worker_waiting = true;
+            back_to_back = false;
+            state = match timeout {
+                None => shared
+                    .work
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(t) => {
+                    let waited = shared.work.wait_timeout(state, t);
+                    waited.unwrap_or_else(PoisonError::into_inner).0
+                }
+            };
+            state.worker_waiting = false;
+        }
+        let n = state.queue.len().min(max_batch_size);
+        batch.extend(state.queue.drain(..n).map(|(_, job)| job));
+        drop(state);
+        shared.room.add_permits(n);
+        run(&mut batch, back_to_back);
+        batch.clear();
+        back_to_back = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::sync::mpsc;
+    use std::task::{Context, Poll, Waker};
+
+    const LONG: Duration = Duration::from_secs(10);
+
+    /// Each batch run, and whether it was back to back.
+    type Batches = mpsc::Receiver<(Vec<u32>, bool)>;
+
+    /// A batcher whose worker reports each batch, then blocks in `run`
+    /// until the test opens the gate once.
+    fn gated(policy: BatchPolicy, capacity: usize) -> (Batcher<u32>, Batches, mpsc::Sender<()>) {
+        let (batches_tx, batches) = mpsc::channel();
+        let (gate, gate_rx) = mpsc::channel::<()>();
+        let run = move |jobs: &mut Vec<u32>, back_to_back| {
+            let _ = batches_tx.send((jobs.clone(), back_to_back));
+            let _ = gate_rx.recv();
+        };
+        let batcher = Batcher::start(policy, capacity, run).unwrap();
+        (batcher, batches, gate)
+    }
+
+    /// The next batch's jobs.
+    fn jobs(batches: &Batches) -> Vec<u32> {
+        batches.recv_timeout(LONG).unwrap().0
+    }
+
+    fn wait_until_idle<J>(batcher: &Batcher<J>) {
+        let deadline = Instant::now() + LONG;
+        while !batcher.shared.lock().worker_waiting {
+            assert!(Instant::now() < deadline, "the worker never went idle");
+            std::thread::yield_now();
+        }
+    }
+
+    fn policy(max_batch_size: usize, max_wait: Duration) -> BatchPolicy {
+        BatchPolicy {
+            max_batch_size,
+            max_wait,
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_queued_behind_a_busy_worker_form_full_batches() {
+        let (batcher, batches, gate) = gated(policy(4, Duration::ZERO), 64);
+        batcher.submit(&mut vec![0]).await.unwrap();
+        assert_eq!(batches.recv_timeout(LONG).unwrap(), (vec![0], false));
+        // The worker is blocked in `run`: these all queue up.
+        let mut jobs: Vec<u32> = (1..=10).collect();
+        batcher.submit(&mut jobs).await.unwrap();
+        assert!(jobs.is_empty());
+        for _ in 0..4 {
+            gate.send(()).unwrap();
+        }
+        assert_eq!(
+            batches.recv_timeout(LONG).unwrap(),
+            (vec![1, 2, 3, 4], true)
+        );
+        assert_eq!(
+            batches.recv_timeout(LONG).unwrap(),
+            (vec![5, 6, 7, 8], true)
+        );
+        assert_eq!(batches.recv_timeout(LONG).unwrap(), (vec![9, 10], true));
+
+        // Once the worker has had to wait, the next batch is not back to back.
+        wait_until_idle(&batcher);
+        batcher.submit(&mut vec![11]).await.unwrap();
+        assert_eq!(batches.recv_timeout(LONG).unwrap(), (vec![11], false));
+    }
+
+    #[tokio::test]
+    async fn a_partial_batch_waits_max_wait_after_its_oldest_job() {
+        let max_wait = Duration::from_millis(50);
+        let (batcher, batches, _gate) = gated(policy(4, max_wait), 64);
+        let submitted = Instant::now();
+        batcher.submit(&mut vec![1, 2]).await.unwrap();
+        assert_eq!(jobs(&batches), vec![1, 2]);
+        assert!(submitted.elapsed() >= max_wait);
+    }
+
+    #[tokio::test]
+    async fn a_batch_runs_as_soon_as_it_is_full() {
+        let (batcher, batches, _gate) = gated(policy(4, Duration::from_secs(3600)), 64);
+        batcher.submit(&mut vec![1, 2]).await.unwrap();
+        batcher.submit(&mut vec![3, 4, 5]).await.unwrap();
+        assert_eq!(jobs(&batches), vec![1, 2, 3, 4]);
+    }
+
+    fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[tokio::test]
+    async fn submit_waits_for_room_in_the_queue() {
+        let (batcher, batches, gate) = gated(policy(8, Duration::ZERO), 2);
+        batcher.submit(&mut vec![0]).await.unwrap();
+        assert_eq!(jobs(&batches), vec![0]);
+        batcher.submit(&mut vec![1, 2]).await.unwrap();
+
+        // The queue is full and the worker is blocked: no room.
+        let mut third = vec![3];
+        let mut submit = Box::pin(batcher.submit(&mut third));
+        assert!(poll_once(submit.as_mut()).is_pending());
+
+        gate.send(()).unwrap();
+        tokio::time::timeout(LONG, submit).await.unwrap().unwrap();
+        assert_eq!(jobs(&batches), vec![1, 2]);
+        gate.send(()).unwrap();
+        assert_eq!(jobs(&batches), vec![3]);
+    }
+
+    #[tokio::test]
+    async fn a_closed_batcher_refuses_jobs_and_drops_its_queue() {
+        let (batcher, batches, gate) = gated(policy(1, Duration::ZERO), 64);
+        batcher.submit(&mut vec![0]).await.unwrap();
+        assert_eq!(jobs(&batches), vec![0]);
+        batcher.submit(&mut vec![1]).await.unwrap();
+        batcher.close();
+        let mut late = vec![2];
+        assert_eq!(batcher.submit(&mut late).await, Err(Closed));
+        assert_eq!(late, vec![2], "jobs not queued stay with the caller");
+        gate.send(()).unwrap();
+        // The worker exits without running the queued job.
+        assert_eq!(
+            batches.recv_timeout(LONG),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+    }
+}

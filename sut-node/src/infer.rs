@@ -1,0 +1,498 @@
+//! The data path of an `Infer` stream (one per connection):
+//!
+//! ```text
+//!  gRPC stream ──▶ reader task ──chunks──▶ batcher queue ──▶ worker thread
+//!                  (decodes inputs)                           (runs the backend)
+//!                                                                  │
+//!  gRPC stream ◀── writer task ◀── this stream's outbox ◀──────────┘
+//!                  (one FromNode for everything ready, or a heartbeat;
+//!                   compresses answers with the output codec)
+//! ```
+//!
+//! The reader hands the batcher every sample already received as one chunk;
+//! the worker appends a batch's answers to each stream's outbox under one
+//! lock and wakes its writer; the writer takes everything in the outbox at
+//! once, so under load one `FromNode` carries many answers.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+use proto::{to_node, Codec, FirstToken, FromNode, SampleAnswer, SampleError, ToNode};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Status, Streaming};
+use tracing::{debug, error, info, warn};
+
+use crate::backend::{Backend, BatchInfo, FirstTokenSink, Output};
+use crate::codec;
+use crate::server::{stopped, Node};
+
+/// A `FromNode` carrying more payload than this is split, so that a backlog
+/// of answers stays under the receiver's default 4 MiB message limit.
+const MAX_FROM_NODE_PAYLOAD: usize = 1 << 20;
+/// Per-item protobuf overhead (tags, id, lengths), for that budget.
+const ITEM_OVERHEAD: usize = 16;
+/// Most samples the reader hands the batcher at once.
+const MAX_CHUNK: usize = 256;
+
+/// Starts the reader and writer of a new stream; returns its answers.
+pub(crate) fn open(
+    stream: u64,
+    input: Streaming<ToNode>,
+    node: Arc<Node>,
+) -> ReceiverStream<Result<FromNode, Status>> {
+    open_with(stream, input, node)
+}
+
+/// [`open`] for any transport: `input` yields the stream's `ToNode`
+/// messages (an error ends the input, as the end of the stream does).
+pub(crate) fn open_with<S, E>(
+    stream: u64,
+    input: S,
+    node: Arc<Node>,
+) -> ReceiverStream<Result<FromNode, Status>>
+where
+    S: Stream<Item = Result<ToNode, E>> + Unpin + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let reply = Arc::new(Reply::default());
+    // Capacity 1: while the gRPC layer is busy sending, answers pile up in
+    // the outbox and leave together in the next FromNode.
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(read_samples(input, Arc::clone(&reply), Arc::clone(&node)));
+    tokio::spawn(write_answers(stream, reply, tx, node));
+    ReceiverStream::new(rx)
+}
+
+/// A sample on its way through the batcher.
+pub(crate) struct Job {
+    id: u64,
+    input: Bytes,
+    reply: Arc<Reply>,
+}
+
+/// The way back to one Infer stream.
+#[derive(Default)]
+struct Reply {
+    outbox: Mutex<Outbox>,
+    /// Wakes the stream's writer when the outbox changes.
+    wake: Notify,
+}
+
+/// What one stream's writer has to send, and what it still waits for.
+#[derive(Default)]
+struct Outbox {
+    first_tokens: Vec<FirstToken>,
+    answers: Vec<SampleAnswer>,
+    errors: Vec<SampleError>,
+    /// Payload bytes of the above, to split a large backlog.
+    bytes: usize,
+    /// Samples handed to the batcher and not answered yet.
+    pending: usize,
+    /// The reader has stopped: no more samples will come.
+    input_done: bool,
+}
+
+impl Reply {
+    fn lock(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// For samples that never reach the batcher.
+    fn send_error(&self, id: u64, message: String) {
+        self.lock().push_error(id, message);
+        self.wake.notify_one();
+    }
+}
+
+impl Outbox {
+    fn push_output(&mut self, id: u64, output: Output) {
+        match output {
+            Ok(answer) => {
+                self.bytes += answer.payload.len() + ITEM_OVERHEAD;
+                self.answers.push(SampleAnswer {
+                    id,
+                    payload: answer.payload,
+                    // The writer compresses it, outside the outbox's lock.
+                    codec: Codec::None as i32,
+                    n_tokens: answer.n_tokens,
+                });
+            }
+            Err(message) => self.push_error(id, message),
+        }
+    }
+
+    fn push_error(&mut self, id: u64, message: String) {
+        self.bytes += message.len() + ITEM_OVERHEAD;
+        self.errors.push(SampleError { id, message });
+    }
+
+    fn push_first_token(&mut self, id: u64, payload: Bytes) {
+        self.bytes += payload.len() + ITEM_OVERHEAD;
+        self.first_tokens.push(FirstToken {
+            id,
+            payload,
+            codec: Codec::None as i32,
+        });
+    }
+
+    /// Moves everything waiting into messages: one, unless it is too big.
+    fn take_into(&mut self, messages: &mut VecDeque<FromNode>) {
+        if self.first_tokens.is_empty() && self.answers.is_empty() && self.errors.is_empty() {
+            return;
+        }
+        // The next round likely needs as much room as this one.
+        let first_tokens = take_vec(&mut self.first_tokens);
+        let answers = take_vec(&mut self.answers);
+        let errors = take_vec(&mut self.errors);
+        if std::mem::take(&mut self.bytes) <= MAX_FROM_NODE_PAYLOAD {
+            messages.push_back(FromNode {
+                first_tokens,
+                answers,
+                errors,
+                heartbeat: false,
+            });
+            return;
+        }
+        // First tokens go out before answers, so no sample's answer overtakes
+        // its first token.
+        for part in split(first_tokens, |t| t.payload.len()) {
+            messages.push_back(FromNode {
+                first_tokens: part,
+                ..FromNode::default()
+            });
+        }
+        for part in split(answers, |a| a.payload.len()) {
+            messages.push_back(FromNode {
+                answers: part,
+                ..FromNode::default()
+            });
+        }
+        for part in split(errors, |e| e.message.len()) {
+            messages.push_back(FromNode {
+                errors: part,
+                ..FromNode::default()
+            });
+        }
+    }
+}
+
+fn take_vec<T>(v: &mut Vec<T>) -> Vec<T> {
+    let len = v.len();
+    std::mem::replace(v, Vec::with_capacity(len))
+}
+
+/// Splits `items` into parts of at most `MAX_FROM_NODE_PAYLOAD` bytes (or
+/// one item, if a single item is bigger).
+fn split<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut parts = Vec::new();
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let s = size(&item) + ITEM_OVERHEAD;
+        if !part.is_empty() && bytes + s > MAX_FROM_NODE_PAYLOAD {
+            parts.push(std::mem::take(&mut part));
+            bytes = 0;
+        }
+        bytes += s;
+        part.push(item);
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    parts
+}
+
+/// Reads samples off the stream and hands them to the batcher, a chunk of
+/// everything already received at a time.
+async fn read_samples<S, E>(mut input: S, reply: Arc<Reply>, node: Arc<Node>)
+where
+    S: Stream<Item = Result<ToNode, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut stop = node.stop.clone();
+    let max_input = node.config.codecs.max_input_bytes;
+    let mut chunk: Vec<Job> = Vec::new();
+    let mut warned_empty = false;
+    'read: loop {
+        let mut next = tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            m = input.next() => m.transpose(),
+        };
+        let mut ended = false;
+        loop {
+            match next {
+                Ok(Some(ToNode {
+                    kind: Some(to_node::Kind::Sample(sample)),
+                })) => match codec::decode_input(sample.codec, sample.payload, max_input) {
+                    Ok(input) => chunk.push(Job {
+                        id: sample.id,
+                        input,
+                        reply: Arc::clone(&reply),
+                    }),
+                    Err(message) => reply.send_error(sample.id, message),
+                },
+                Ok(Some(ToNode { kind: None })) => {
+                    // Likely a newer client's message kind: skip it.
+                    if !std::mem::replace(&mut warned_empty, true) {
+                        warn!("ignoring ToNode messages of an unknown kind");
+                    }
+                }
+                Ok(None) => ended = true,
+                Err(status) => {
+                    debug!("infer stream input ended: {status}");
+                    ended = true;
+                }
+            }
+            if ended || chunk.len() >= MAX_CHUNK {
+                break;
+            }
+            match ready_now(&mut input).await {
+                Some(m) => next = m,
+                None => break,
+            }
+        }
+
+        if !chunk.is_empty() {
+            let n = chunk.len();
+            reply.lock().pending += n;
+            node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
+            tokio::select! {
+                _ = node.batcher.submit(&mut chunk) => {}
+                _ = stopped(&mut stop) => {}
+            }
+            // Whatever did not get queued (shutdown) will not be answered.
+            let left = chunk.len();
+            if left > 0 {
+                chunk.clear();
+                reply.lock().pending -= left;
+                node.outstanding.fetch_sub(left as u64, Ordering::Relaxed);
+                break 'read;
+            }
+        }
+        if ended {
+            break;
+        }
+    }
+    reply.lock().input_done = true;
+    reply.wake.notify_one();
+}
+
+/// The stream's next message if it is already here, without waiting.
+async fn ready_now<S, E>(input: &mut S) -> Option<Result<Option<ToNode>, E>>
+where
+    S: Stream<Item = Result<ToNode, E>> + Unpin,
+{
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut *input).poll_next(cx) {
+            std::task::Poll::Ready(m) => Some(m.transpose()),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+/// Sends the stream's answers as they come, and heartbeats while idle. Ends
+/// the stream once the client has stopped sending and every sample is
+/// answered, or on shutdown.
+async fn write_answers(
+    stream: u64,
+    reply: Arc<Reply>,
+    tx: mpsc::Sender<Result<FromNode, Status>>,
+    node: Arc<Node>,
+) {
+    let heartbeat = node.config.heartbeat;
+    let output = node.config.codecs.output.codec();
+    let mut stop = node.stop.clone();
+    let mut messages = VecDeque::new();
+    let mut last_sent = Instant::now();
+    let mut cut_at: Option<Instant> = None;
+    let mut answered = 0u64;
+    loop {
+        let (done, pending) = {
+            let mut outbox = reply.lock();
+            outbox.take_into(&mut messages);
+            (outbox.input_done && outbox.pending == 0, outbox.pending)
+        };
+        while let Some(mut message) = messages.pop_front() {
+            codec::encode_output(output.as_ref(), &mut message);
+            answered += message.answers.len() as u64;
+            if tx.send(Ok(message)).await.is_err() {
+                info!(stream, answered, "infer stream closed by the client");
+                return;
+            }
+            last_sent = Instant::now();
+        }
+        let stopping = *stop.borrow();
+        if done || cut_at.is_some_and(|at| Instant::now() >= at) {
+            if stopping {
+                let status = Status::unavailable(format!(
+                    "sut-node {} is shutting down; unanswered samples on this stream: {pending}",
+                    node.config.name
+                ));
+                let _ = tx.send(Err(status)).await;
+            }
+            info!(stream, answered, unanswered = pending, "infer stream ended");
+            return;
+        }
+        let next_heartbeat = heartbeat.map(|h| last_sent + h);
+        tokio::select! {
+            _ = reply.wake.notified() => {}
+            _ = tx.closed() => {
+                info!(stream, answered, "infer stream closed by the client");
+                return;
+            }
+            _ = tokio::time::sleep_until(next_heartbeat.unwrap_or(last_sent)), if next_heartbeat.is_some() => {
+                let beat = FromNode { heartbeat: true, ..FromNode::default() };
+                if tx.send(Ok(beat)).await.is_err() {
+                    return;
+                }
+                last_sent = Instant::now();
+            }
+            _ = stopped(&mut stop), if cut_at.is_none() => {
+                cut_at = Some(Instant::now() + node.config.shutdown_grace);
+            }
+            _ = tokio::time::sleep_until(cut_at.unwrap_or(last_sent)), if cut_at.is_some() => {}
+        }
+    }
+}
+
+/// The batcher's worker: runs a batch through the backend and delivers each
+/// output to the stream its sample came from.
+pub(crate) fn batch_runner(
+    backend: Arc<dyn Backend>,
+    outstanding: Arc<AtomicU64>,
+) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {
+    let mut inputs: Vec<Bytes> = Vec::new();
+    move |jobs: &mut Vec<Job>, back_to_back| {
+        inputs.clear();
+        inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
+        let mut sink = FirstTokens(jobs);
+        let info = BatchInfo { back_to_back };
+        let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
+        let failure = match result {
+            Ok(Ok(outputs)) if outputs.len() == jobs.len() => {
+                deliver(jobs, outputs.into_iter());
+                None
+            }
+            Ok(Ok(outputs)) => Some(format!(
+                "backend returned {} outputs for a batch of {}",
+                outputs.len(),
+                jobs.len()
+            )),
+            Ok(Err(e)) => Some(format!("backend failed: {e}")),
+            Err(_) => Some("backend panicked".to_string()),
+        };
+        if let Some(message) = failure {
+            error!("batch of {} samples failed: {message}", jobs.len());
+            deliver(jobs, std::iter::repeat_with(|| Err(message.clone())));
+        }
+        outstanding.fetch_sub(jobs.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Appends each job's output to its stream's outbox, locking each stream
+/// once per run of consecutive jobs from it, and wakes the writers.
+fn deliver(jobs: &[Job], mut outputs: impl Iterator<Item = Output>) {
+    let mut i = 0;
+    while i < jobs.len() {
+        let reply = &jobs[i].reply;
+        let mut outbox = reply.lock();
+        while i < jobs.len() && Arc::ptr_eq(&jobs[i].reply, reply) {
+            let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
+            outbox.push_output(jobs[i].id, output);
+            outbox.pending = outbox.pending.saturating_sub(1);
+            i += 1;
+        }
+        drop(outbox);
+        reply.wake.notify_one();
+    }
+}
+
+/// Sends first tokens to the streams of the batch's samples right away.
+struct FirstTokens<'a>(&'a [Job]);
+
+impl FirstTokenSink for FirstTokens<'_> {
+    fn first_token(&mut self, index: usize, payload: Bytes) {
+        if let Some(job) = self.0.get(index) {
+            job.reply.lock().push_first_token(job.id, payload);
+            job.reply.wake.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(id: u64, len: usize) -> Output {
+        Ok(crate::backend::Answer {
+            payload: Bytes::from(vec![id as u8; len]),
+            n_tokens: 0,
+        })
+    }
+
+    #[test]
+    fn ready_answers_leave_in_one_message() {
+        let mut outbox = Outbox::default();
+        let mut messages = VecDeque::new();
+        outbox.take_into(&mut messages);
+        assert!(messages.is_empty(), "nothing to send, no message");
+
+        outbox.push_first_token(9, Bytes::from_static(b"tok"));
+        for id in 0..100 {
+            outbox.push_output(id, answer(id, 8));
+        }
+        outbox.push_output(100, Err("bad input".into()));
+        outbox.take_into(&mut messages);
+        assert_eq!(messages.len(), 1);
+        let m = &messages[0];
+        assert_eq!(
+            (m.first_tokens.len(), m.answers.len(), m.errors.len()),
+            (1, 100, 1)
+        );
+        assert!(!m.heartbeat);
+        assert_eq!(m.errors[0].id, 100);
+        assert_eq!(outbox.bytes, 0);
+    }
+
+    #[test]
+    fn a_large_backlog_is_split_with_first_tokens_ahead_of_answers() {
+        let mut outbox = Outbox::default();
+        let size = 300 << 10;
+        for id in 0..10 {
+            outbox.push_first_token(id, Bytes::from_static(b"tok"));
+            outbox.push_output(id, answer(id, size));
+        }
+        let mut messages = VecDeque::new();
+        outbox.take_into(&mut messages);
+        assert!(messages.len() > 1);
+        let ids: Vec<u64> = messages
+            .iter()
+            .flat_map(|m| m.answers.iter().map(|a| a.id))
+            .collect();
+        assert_eq!(ids, (0..10).collect::<Vec<_>>());
+        let first = messages.iter().position(|m| !m.answers.is_empty()).unwrap();
+        let tokens: usize = messages
+            .iter()
+            .take(first)
+            .map(|m| m.first_tokens.len())
+            .sum();
+        assert_eq!(tokens, 10);
+        for m in &messages {
+            let bytes: usize = m.answers.iter().map(|a| a.payload.len()).sum();
+            assert!(bytes <= MAX_FROM_NODE_PAYLOAD, "{bytes}");
+        }
+        // A single answer over the budget still goes, alone.
+        let mut outbox = Outbox::default();
+        outbox.push_output(1, answer(1, 2 * MAX_FROM_NODE_PAYLOAD));
+        outbox.take_into(&mut messages);
+        assert_eq!(messages.back().map(|m| m.answers.len()), Some(1));
+    }
+}

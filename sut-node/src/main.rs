@@ -1,0 +1,471 @@
+//! `sut-node`: the daemon that runs inference for a LoadGen node over the
+//! network (the `SutNode` gRPC service of `proto/sutnode.proto`).
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
+use sut_node::backend::Backend;
+use sut_node::batcher::BatchPolicy;
+use sut_node::codec::{NodeCodecs, DEFAULT_MAX_INPUT_BYTES};
+use sut_node::server::{self, NodeConfig};
+use sut_node::tls::NodeTls;
+use tracing_subscriber::EnvFilter;
+
+/// How long, on SIGTERM/SIGINT, open streams may take to answer the samples
+/// they already sent.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// An MLPerf Inference sut-node: runs the samples a LoadGen node sends over
+/// the network and sends the answers back.
+#[derive(Parser, Debug)]
+#[command(name = "sut-node", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve inference over gRPC (TCP) and QUIC (UDP) until SIGTERM or SIGINT.
+    ///
+    /// Prints `sut-node NAME ready on ADDR (backend B) quic QADDR` on stdout
+    /// once the backend is loaded and warmed up (ADDR: gRPC's address, or
+    /// QUIC's with --no-grpc; ` quic QADDR` only when QUIC is on); the TLS
+    /// certificate's SHA-256 fingerprint goes to stderr before it. Logs go
+    /// to stderr (RUST_LOG, default info).
+    Serve(Box<ServeArgs>),
+    /// Ask a running sut-node whether it is ready (its `Health` RPC): exit 0
+    /// when ready, 1 otherwise. For container health checks and scripts.
+    Health(HealthArgs),
+}
+
+#[derive(Args, Debug)]
+struct HealthArgs {
+    /// The node's gRPC address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:50051")]
+    addr: String,
+
+    /// Give up after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
+    timeout: f64,
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on (host:port). Port 0 picks a free port; the ready
+    /// line shows which.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:50051")]
+    listen: String,
+
+    #[command(flatten)]
+    net: NetArgs,
+
+    /// The node's name in the LoadGen node's logs [default: this machine's
+    /// hostname].
+    #[arg(long)]
+    name: Option<String>,
+
+    /// Inference backend. `synthetic` emulates an accelerator: a configurable
+    /// service time per batch and answers derived from the inputs, which the
+    /// LoadGen node's accuracy check verifies.
+    #[arg(long, value_enum)]
+    backend: BackendKind,
+
+    /// The model this node serves (e.g. resnet50); sessions for another model
+    /// are refused. Empty: accept any model.
+    #[arg(long, value_name = "M", default_value = "")]
+    model: String,
+
+    /// Dynamic batching: the most samples run together in one batch. 1: no
+    /// batching.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_batch_size: u32,
+
+    /// Dynamic batching: how long a sample may wait for its batch to fill, in
+    /// microseconds. 0: run whatever is queued as soon as the backend is free.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_batch_wait_us: u64,
+
+    /// Idle time after which an Infer stream gets a heartbeat message, in
+    /// milliseconds, so the LoadGen node can tell an idle node from a stalled
+    /// one. 0: no heartbeats.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    heartbeat_ms: u64,
+
+    /// Codec of the answers (and first tokens) sent back: none, zstd,
+    /// zstd:LEVEL (1 to 22) or lz4. Each answer is compressed on its own,
+    /// inside the node's time. Inputs in any codec are always accepted.
+    #[arg(long, value_name = "CODEC", default_value = "none")]
+    output_codec: compression::CodecSpec,
+
+    /// Largest input accepted, raw or once decoded, in bytes: a compressed
+    /// input declaring or producing more is refused (a SampleError) without
+    /// being decoded.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_INPUT_BYTES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_input_bytes: usize,
+
+    /// Time the emulated accelerator takes per batch, in microseconds:
+    /// `fixed:US` (every batch), `exp:MEAN_US` (exponentially distributed,
+    /// see --seed) or `batch:FIXED_US+PER_SAMPLE_US` (grows with the batch).
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "fixed:0",
+        help_heading = "Synthetic backend"
+    )]
+    service_time: ServiceTime,
+
+    /// Bytes in each answer.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 4,
+        help_heading = "Synthetic backend"
+    )]
+    output_size: usize,
+
+    /// Answer like an LLM: a first token (the answer's first 4 bytes) after
+    /// 1/N of the service time, then the answer with N tokens. 0: not an LLM.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Synthetic backend"
+    )]
+    llm_tokens: u32,
+
+    /// Seed of the exponential service times (the same seed gives the same
+    /// sequence of batch times).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Synthetic backend"
+    )]
+    seed: u64,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum BackendKind {
+    /// Emulated accelerator; see the synthetic backend options.
+    Synthetic,
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let result = match cli.command {
+        Command::Serve(args) => serve(*args).await,
+        Command::Health(args) => health(args).await,
+    };
+    if let Err(e) = result {
+        // One readable line (with its causes), never a backtrace dump.
+        eprintln!("sut-node: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn health(args: HealthArgs) -> Result<()> {
+    use proto::sut_node_client::SutNodeClient;
+    let url = format!("http://{}", args.addr);
+    let limit = Duration::from_secs_f64(args.timeout.max(0.001));
+    let ask = async {
+        let mut client = SutNodeClient::connect(url).await?;
+        let reply = client.health(proto::HealthRequest {}).await?.into_inner();
+        anyhow::Ok(reply)
+    };
+    let reply = tokio::time::timeout(limit, ask)
+        .await
+        .with_context(|| format!("{}: no answer within {:.1} s", args.addr, args.timeout))?
+        .with_context(|| format!("{}: health check failed", args.addr))?;
+    println!(
+        "{}: {} ({} samples outstanding)",
+        args.addr,
+        if reply.ready { "ready" } else { "not ready" },
+        reply.outstanding
+    );
+    if !reply.ready {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let name = match args.name {
+        Some(name) => name,
+        None => hostname(),
+    };
+    let backend: Arc<dyn Backend> = match args.backend {
+        BackendKind::Synthetic => Arc::new(Synthetic::new(SyntheticConfig {
+            service_time: args.service_time,
+            output_size: args.output_size,
+            llm_tokens: args.llm_tokens,
+            seed: args.seed,
+        })),
+    };
+    let config = NodeConfig {
+        name: name.clone(),
+        model: Some(args.model).filter(|m| !m.is_empty()),
+        batch: BatchPolicy {
+            max_batch_size: args.max_batch_size as usize,
+            max_wait: Duration::from_micros(args.max_batch_wait_us),
+        },
+        heartbeat: Some(Duration::from_millis(args.heartbeat_ms)).filter(|h| !h.is_zero()),
+        shutdown_grace: SHUTDOWN_GRACE,
+        codecs: NodeCodecs {
+            output: args.output_codec,
+            max_input_bytes: args.max_input_bytes,
+        },
+    };
+
+    // Installed before the ready line, so a signal right after it is caught.
+    let shutdown = shutdown_signal()?;
+    let bound = bind(&name, &args.listen, &args.net).await?;
+    // The gRPC address when gRPC is on (scripts parse it), else QUIC's.
+    let addr = bound
+        .grpc_addr
+        .or(bound.quic_addr)
+        .context("no listening address")?;
+    tracing::info!(
+        node = %name,
+        %addr,
+        backend = backend.name(),
+        service_time = %args.service_time,
+        max_batch_size = args.max_batch_size,
+        max_batch_wait_us = args.max_batch_wait_us,
+        output_codec = %args.output_codec,
+        max_input_bytes = args.max_input_bytes,
+        "serving"
+    );
+    let mut ready_line = format!(
+        "sut-node {name} ready on {addr} (backend {})",
+        backend.name()
+    );
+    if let Some(quic) = bound.quic_addr {
+        ready_line.push_str(&format!(" quic {quic}"));
+    }
+    let on_ready = move || {
+        let mut stdout = std::io::stdout().lock();
+        // The line is what scripts wait for; if stdout is gone, so are they.
+        let _ = writeln!(stdout, "{ready_line}");
+        let _ = stdout.flush();
+    };
+    server::serve_on(bound.endpoints, config, backend, shutdown, on_ready).await?;
+    Ok(())
+}
+
+/// Transports and TLS of `serve`.
+#[derive(Args, Debug)]
+struct NetArgs {
+    /// Do not serve gRPC (TCP).
+    #[arg(long)]
+    no_grpc: bool,
+
+    /// Do not serve QUIC (UDP).
+    #[arg(long)]
+    no_quic: bool,
+
+    /// Serve QUIC on this address (host:port) [default: the gRPC port's
+    /// number on UDP, same host; --listen when gRPC is off].
+    #[arg(long, value_name = "ADDR")]
+    quic_listen: Option<String>,
+
+    /// Serve gRPC over TLS (QUIC always uses TLS 1.3). Implied by --tls-cert
+    /// and --tls-client-ca.
+    #[arg(long, help_heading = "TLS")]
+    tls: bool,
+
+    /// The node's certificate chain (PEM, leaf first) [default: a
+    /// self-signed certificate generated at start, for development; its
+    /// SHA-256 fingerprint is printed on stderr for `loadgen-node
+    /// --tls-pin`].
+    #[arg(long, value_name = "FILE", requires = "tls_key", help_heading = "TLS")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert", help_heading = "TLS")]
+    tls_key: Option<PathBuf>,
+
+    /// Mutual TLS, on both transports: accept only clients presenting a
+    /// certificate signed by this CA (PEM).
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+/// The node's listening sockets, bound.
+struct Bound {
+    endpoints: server::Endpoints,
+    grpc_addr: Option<SocketAddr>,
+    quic_addr: Option<SocketAddr>,
+}
+
+/// Binds gRPC on TCP `listen` and QUIC on UDP: on `--quic-listen`, or on the
+/// gRPC port's number (with `--listen HOST:0`, the port is picked for gRPC
+/// first; if its UDP twin is taken, another one is picked). Creates the TLS
+/// identity when a transport needs it and prints its fingerprint.
+async fn bind(name: &str, listen: &str, net: &NetArgs) -> Result<Bound> {
+    let (grpc_on, quic_on) = (!net.no_grpc, !net.no_quic);
+    if !grpc_on && !quic_on {
+        bail!("--no-grpc and --no-quic leave nothing to serve");
+    }
+    let grpc_tls_on = grpc_on && (net.tls || net.tls_cert.is_some() || net.tls_client_ca.is_some());
+    let resolve = |what: &'static str, addr: String| async move {
+        tokio::net::lookup_host(&addr)
+            .await
+            .with_context(|| format!("{what} {addr}: not a usable host:port"))?
+            .next()
+            .with_context(|| format!("{what} {addr}: resolves to no address"))
+    };
+    let listen_addr = resolve("--listen", listen.to_string()).await?;
+    let quic_listen = match &net.quic_listen {
+        Some(a) => Some(resolve("--quic-listen", a.clone()).await?),
+        None => None,
+    };
+
+    let tls = if quic_on || grpc_tls_on {
+        let cert_and_key = net.tls_cert.as_deref().zip(net.tls_key.as_deref());
+        let addrs: Vec<SocketAddr> = [Some(listen_addr), quic_listen]
+            .into_iter()
+            .flatten()
+            .collect();
+        let names = [name.to_string(), hostname()];
+        let tls = NodeTls::load(cert_and_key, net.tls_client_ca.as_deref(), &names, &addrs)?;
+        let fingerprint = tls.fingerprint();
+        let origin = tls.identity.origin.clone();
+        eprintln!("sut-node {name}: TLS certificate SHA-256 fingerprint {fingerprint} ({origin})");
+        tracing::info!(%fingerprint, %origin, mutual_tls = tls.client_ca.is_some(), "TLS certificate");
+        Some(tls)
+    } else {
+        None
+    };
+    let config = |alpn: &[u8]| -> Result<_> {
+        let tls = tls.as_ref().context("TLS is not set up")?;
+        Ok(tls.server_config(alpn)?)
+    };
+    let grpc_tls = if grpc_tls_on {
+        Some(config(b"h2")?)
+    } else {
+        None
+    };
+    let quic_tls = if quic_on {
+        Some(config(proto::quic::ALPN)?)
+    } else {
+        None
+    };
+
+    // Port 0 for gRPC and QUIC on its port: retry if the UDP twin is taken.
+    let retries = if grpc_on && quic_listen.is_none() && listen_addr.port() == 0 {
+        20
+    } else {
+        0
+    };
+    for attempt in 0..=retries {
+        let grpc = if grpc_on {
+            let l = tokio::net::TcpListener::bind(listen_addr)
+                .await
+                .with_context(|| format!("cannot listen for gRPC on TCP {listen}"))?;
+            Some(l)
+        } else {
+            None
+        };
+        let grpc_addr = grpc
+            .as_ref()
+            .map(|l| l.local_addr())
+            .transpose()
+            .context("listening socket")?;
+        let Some(quic_tls) = quic_tls.clone() else {
+            return Ok(Bound {
+                endpoints: server::Endpoints {
+                    grpc,
+                    grpc_tls,
+                    quic: None,
+                },
+                grpc_addr,
+                quic_addr: None,
+            });
+        };
+        let target = quic_listen.or(grpc_addr).unwrap_or(listen_addr);
+        match sut_node::quic::endpoint(target, quic_tls) {
+            Ok(endpoint) => {
+                let quic_addr = Some(endpoint.local_addr().context("QUIC socket")?);
+                return Ok(Bound {
+                    endpoints: server::Endpoints {
+                        grpc,
+                        grpc_tls,
+                        quic: Some(endpoint),
+                    },
+                    grpc_addr,
+                    quic_addr,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempt < retries => continue,
+            Err(e) => {
+                let whose = if quic_listen.is_none() && grpc_on {
+                    " (the gRPC port's number, on UDP)"
+                } else {
+                    ""
+                };
+                bail!(
+                    "cannot listen for QUIC on UDP {target}{whose}: {e}; free that port, \
+                     move QUIC with --quic-listen ADDR, or turn it off with --no-quic"
+                );
+            }
+        }
+    }
+    bail!("no free TCP port with a free UDP twin for gRPC and QUIC on {listen}")
+}
+
+/// Completes on the first SIGTERM or SIGINT.
+#[cfg(unix)]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("Ctrl-C received");
+    })
+}
+
+#[cfg(unix)]
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
+    // within it (or truncates), and we stop at the first NUL or the end.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
+        _ => "sut-node".to_string(),
+    }
+}
+
+#[cfg(not(unix))]
+fn hostname() -> String {
+    std::env::var("COMPUTERNAME").unwrap_or_else(|_| "sut-node".to_string())
+}

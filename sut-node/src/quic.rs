@@ -1,0 +1,394 @@
+//! The `SutNode` service over QUIC (quinn): the same messages as gRPC, framed
+//! as `proto::quic` describes, one bidirectional stream per request. Control
+//! requests go to the gRPC service's own handlers; an Infer stream goes
+//! through the same data path (`infer.rs`) as a gRPC one.
+//!
+//! Tasks: one per connection (accepts its streams) and one per stream; an
+//! Infer stream's task reads nothing itself and writes the answers, its
+//! reader is `infer.rs`'s. Nothing is spawned per sample.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use prost::Message;
+use proto::quic::{
+    encode_error, encode_message, stream_type, Frame, FrameDecoder, FrameError, FrameWriter,
+    MAX_CONTROL_FRAME, MAX_DATA_FRAME,
+};
+use proto::sut_node_server::SutNode;
+use proto::{FromNode, HealthRequest, NameRequest, SessionRequest, ToNode};
+use quinn::{RecvStream, SendStream};
+use tokio::task::JoinSet;
+use tokio_stream::Stream;
+use tonic::transport::server::TcpConnectInfo;
+use tracing::{debug, info, warn};
+
+use crate::infer;
+use crate::server::{stopped, Node, ServeError, Service};
+
+/// How long a stream may take to say what it is, and a control stream to
+/// send its request.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long, after its last frame, a stream waits for the client to
+/// acknowledge it before the connection may close.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest UDP payload path MTU discovery tries.
+const MAX_UDP_PAYLOAD: u16 = 65_527;
+/// Most bytes of answers written at once.
+const MAX_WRITE: usize = 1 << 20;
+
+/// The node's QUIC settings (the LoadGen node's, in `qdl`, match them).
+pub fn transport_config() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    // Control streams come and go; an Infer stream lasts the run.
+    t.max_concurrent_bidi_streams(256u32.into());
+    t.max_concurrent_uni_streams(0u32.into());
+    // Flow control as gRPC's windows: a stream held back by a full batcher
+    // never blocks the connection's other streams.
+    t.stream_receive_window((8u32 << 20).into());
+    t.receive_window((32u32 << 20).into());
+    t.send_window(32 << 20);
+    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
+        30_000,
+    ))));
+    t.keep_alive_interval(Some(Duration::from_secs(2)));
+    // Let path MTU discovery go past Ethernet's 1500 bytes where the path
+    // allows (jumbo frames, loopback): fewer, larger packets per sample.
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    t.mtu_discovery_config(Some(mtu));
+    t
+}
+
+/// A QUIC endpoint on `addr` (UDP) serving with `tls` (its ALPN must be
+/// `proto::quic::ALPN`).
+pub fn endpoint(addr: SocketAddr, tls: rustls::ServerConfig) -> std::io::Result<quinn::Endpoint> {
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| std::io::Error::other(format!("TLS configuration for QUIC: {e}")))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport_config()));
+    let socket = udp_socket(addr)?;
+    quinn::Endpoint::new(
+        endpoint_config(),
+        Some(config),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+/// UDP socket buffers asked for (the kernel caps them at its maximum,
+/// `net.core.rmem_max`/`wmem_max`): the default (about 200 KiB) overflows
+/// under bursts of large samples, and every datagram dropped there is a loss
+/// that slows QUIC's congestion control down.
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// A UDP socket on `addr` with large buffers.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let sock = socket2::SockRef::from(&socket);
+    // Best effort: a smaller buffer only costs throughput.
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    Ok(socket)
+}
+
+/// Accepts datagrams up to `MAX_UDP_PAYLOAD`, so that path MTU discovery
+/// can grow packets past 1452 bytes where the path allows.
+pub fn endpoint_config() -> quinn::EndpointConfig {
+    let mut config = quinn::EndpointConfig::default();
+    // In range by construction (1200..=65527).
+    let _ = config.max_udp_payload_size(MAX_UDP_PAYLOAD);
+    config
+}
+
+/// Accepts connections until the node stops, then lets the open ones finish
+/// (each Infer stream ends by itself within the shutdown grace).
+pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<(), ServeError> {
+    let mut stop = node.stop.clone();
+    let mut connections = JoinSet::new();
+    loop {
+        let incoming = tokio::select! {
+            _ = stopped(&mut stop) => break,
+            i = endpoint.accept() => i,
+            // Reap finished connections as we go.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Some(incoming) = incoming else { break };
+        connections.spawn(connection(incoming, Arc::clone(&node)));
+    }
+    endpoint.set_server_config(None);
+    while connections.join_next().await.is_some() {}
+    endpoint.close(0u32.into(), b"sut-node stopped");
+    let _ = tokio::time::timeout(DELIVERY_TIMEOUT, endpoint.wait_idle()).await;
+    Ok(())
+}
+
+async fn connection(incoming: quinn::Incoming, node: Arc<Node>) {
+    let peer = incoming.remote_address();
+    let conn = match incoming.await {
+        Ok(c) => c,
+        Err(e) => {
+            // An unknown client (mutual TLS) ends here.
+            warn!(%peer, "QUIC connection refused: {e}");
+            return;
+        }
+    };
+    debug!(%peer, "QUIC connection");
+    let mut stop = node.stop.clone();
+    let mut streams = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stopped(&mut stop) => break,
+            s = conn.accept_bi() => s,
+            Some(_) = streams.join_next(), if !streams.is_empty() => continue,
+        };
+        match accepted {
+            Ok((send, recv)) => {
+                streams.spawn(stream(send, recv, Arc::clone(&node), peer));
+            }
+            Err(e) => {
+                debug!(%peer, "QUIC connection ended: {e}");
+                break;
+            }
+        }
+    }
+    // Open streams end by themselves (shutdown grace, or their client gone).
+    while streams.join_next().await.is_some() {}
+    // Let the client read what the streams sent and close first: a close
+    // from here discards whatever it has received but not read yet (such as
+    // the error frame that says the node is shutting down).
+    let _ = tokio::time::timeout(DELIVERY_TIMEOUT, conn.closed()).await;
+    conn.close(0u32.into(), b"");
+}
+
+async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, peer: SocketAddr) {
+    let mut kind = [0u8; 1];
+    match tokio::time::timeout(FIRST_BYTE_TIMEOUT, recv.read_exact(&mut kind)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return debug!(%peer, "stream ended before its type: {e}"),
+        Err(_) => return debug!(%peer, "stream sent no type within {FIRST_BYTE_TIMEOUT:?}"),
+    }
+    let service = Service(Arc::clone(&node));
+    let service = &service;
+    let mut out = BytesMut::new();
+    let reply = match kind[0] {
+        stream_type::NAME => {
+            let m = control(
+                &mut recv,
+                peer,
+                move |r: tonic::Request<NameRequest>| async move { service.name(r).await },
+            )
+            .await;
+            encoded(m, &mut out)
+        }
+        stream_type::START_SESSION => {
+            let m =
+                control(
+                    &mut recv,
+                    peer,
+                    move |r: tonic::Request<SessionRequest>| async move {
+                        service.start_session(r).await
+                    },
+                )
+                .await;
+            encoded(m, &mut out)
+        }
+        stream_type::HEALTH => {
+            let m = control(
+                &mut recv,
+                peer,
+                move |r: tonic::Request<HealthRequest>| async move { service.health(r).await },
+            )
+            .await;
+            encoded(m, &mut out)
+        }
+        stream_type::INFER => return infer_stream(send, recv, node, peer).await,
+        other => Err(format!("unknown stream type {other}")),
+    };
+    if let Err(e) = reply {
+        debug!(%peer, "answering a stream with an error: {e}");
+        out.clear();
+        encode_error(&e, &mut out);
+    }
+    finish(&mut send, out.freeze()).await;
+}
+
+fn encoded(reply: Result<impl Message, String>, out: &mut BytesMut) -> Result<(), String> {
+    encode_message(&reply?, out).map_err(|e| e.to_string())
+}
+
+/// Reads a control request, runs it through the gRPC service's handler and
+/// returns its reply, or the error to send.
+async fn control<Req, Rep, F, Fut>(
+    recv: &mut RecvStream,
+    peer: SocketAddr,
+    handle: F,
+) -> Result<Rep, String>
+where
+    Req: Message + Default,
+    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
+{
+    let mut decoder = FrameDecoder::new(MAX_CONTROL_FRAME);
+    let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT, read_frame(recv, &mut decoder));
+    let request: Req = match read.await {
+        Ok(Ok(Some(frame))) => frame.decode("request").map_err(|e| e.to_string())?,
+        Ok(Ok(None)) => return Err("the stream ended before its request".into()),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(format!("no request within {FIRST_BYTE_TIMEOUT:?}")),
+    };
+    let mut request = tonic::Request::new(request);
+    request.extensions_mut().insert(TcpConnectInfo {
+        local_addr: None,
+        remote_addr: Some(peer),
+    });
+    match handle(request).await {
+        Ok(reply) => Ok(reply.into_inner()),
+        Err(status) => Err(status.message().to_string()),
+    }
+}
+
+/// The next frame of `recv`; `None` at a clean end of the stream.
+async fn read_frame(
+    recv: &mut RecvStream,
+    decoder: &mut FrameDecoder,
+) -> Result<Option<Frame>, String> {
+    loop {
+        if let Some(frame) = decoder.next_frame().map_err(|e| e.to_string())? {
+            return Ok(Some(frame));
+        }
+        match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => decoder.push(chunk.bytes),
+            Ok(None) => {
+                decoder.finish().map_err(|e| e.to_string())?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Writes `last` and ends the stream, then waits (briefly) until the client
+/// has it, so closing the connection cannot lose it.
+async fn finish(send: &mut SendStream, last: Bytes) {
+    if !last.is_empty() && send.write_chunk(last).await.is_err() {
+        return;
+    }
+    if send.finish().is_ok() {
+        let _ = tokio::time::timeout(DELIVERY_TIMEOUT, send.stopped()).await;
+    }
+}
+
+async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, peer: SocketAddr) {
+    if let Some(refusal) = node.infer_refusal() {
+        let mut out = BytesMut::new();
+        encode_error(&refusal, &mut out);
+        return finish(&mut send, out.freeze()).await;
+    }
+    let mut w = FrameWriter::new();
+    let stream = node.streams.fetch_add(1, Ordering::Relaxed) + 1;
+    info!(stream, %peer, transport = "quic", "infer stream opened");
+    // The stream is accepted: say so at once, as gRPC's response headers do.
+    let accept = FromNode {
+        heartbeat: true,
+        ..FromNode::default()
+    };
+    if w.message(&accept).is_err() {
+        return;
+    }
+    let input = QuicSamples {
+        recv,
+        decoder: FrameDecoder::new(MAX_DATA_FRAME),
+        done: false,
+    };
+    let mut answers = infer::open_with(stream, input, node).into_inner();
+    loop {
+        let chunks = w.take_chunks();
+        if !chunks.is_empty() {
+            let sent = send.write_all_chunks(chunks).await;
+            chunks.clear();
+            if sent.is_err() {
+                // The client is gone; dropping `answers` tells the writer.
+                return;
+            }
+        }
+        // Everything the node has ready, in one write.
+        let Some(first) = answers.recv().await else {
+            break;
+        };
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            match item {
+                Ok(message) => {
+                    if let Err(e) = w.message(&message) {
+                        w.error(&format!("sut-node cannot send an answer: {e}"));
+                        break;
+                    }
+                }
+                Err(status) => {
+                    w.error(status.message());
+                    break;
+                }
+            }
+            if w.len() < MAX_WRITE {
+                next = answers.try_recv().ok();
+            }
+        }
+    }
+    if send.write_all_chunks(w.take_chunks()).await.is_ok() {
+        finish(&mut send, Bytes::new()).await;
+    }
+}
+
+/// An Infer stream's `ToNode` frames, as `infer.rs` reads them.
+struct QuicSamples {
+    recv: RecvStream,
+    decoder: FrameDecoder,
+    done: bool,
+}
+
+impl Stream for QuicSamples {
+    type Item = Result<ToNode, FrameError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match this.decoder.next_frame() {
+                Ok(Some(frame)) => return Poll::Ready(Some(frame.decode("ToNode"))),
+                Ok(None) => {}
+                Err(e) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+            // `read_chunk` is cancel-safe: polling a fresh one each time
+            // loses nothing and leaves the waker registered.
+            let read = this.recv.read_chunk(usize::MAX, true);
+            tokio::pin!(read);
+            match read.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(Some(chunk))) => this.decoder.push(chunk.bytes),
+                Poll::Ready(Ok(None)) => {
+                    this.done = true;
+                    return Poll::Ready(this.decoder.finish().err().map(Err));
+                }
+                Poll::Ready(Err(e)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(FrameError::Decode {
+                        what: "stream",
+                        reason: e.to_string(),
+                    })));
+                }
+            }
+        }
+    }
+}

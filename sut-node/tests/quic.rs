@@ -1,0 +1,312 @@
+//! The node's QUIC service in-process on 127.0.0.1, driven by a plain quinn
+//! client speaking the framing of `proto::quic`: the control requests, the
+//! Infer stream, and malformed input, which must end a stream cleanly and
+//! leave the node serving.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message;
+use proto::quic::{encode_message, stream_type, Frame, FrameDecoder, FrameWriter, ALPN};
+use proto::tls::{ClientTls, ServerCheck};
+use proto::{
+    to_node, FromNode, HealthReply, HealthRequest, NameReply, NameRequest, SampleRequest,
+    SessionReply, SessionRequest, ToNode,
+};
+use sut_node::backend::synthetic::{Synthetic, SyntheticConfig};
+use sut_node::batcher::BatchPolicy;
+use sut_node::codec::NodeCodecs;
+use sut_node::server::{serve_on, Endpoints, NodeConfig};
+use sut_node::tls::NodeTls;
+use tokio::sync::oneshot;
+
+const LONG: Duration = Duration::from_secs(20);
+const OUTPUT: usize = 8;
+
+async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LONG, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+struct Node {
+    conn: quinn::Connection,
+    _client: quinn::Endpoint,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    async fn start(name: &str) -> Node {
+        let tls = NodeTls::load(None, None, &[], &[]).unwrap();
+        let endpoint = sut_node::quic::endpoint(
+            "127.0.0.1:0".parse().unwrap(),
+            tls.server_config(ALPN).unwrap(),
+        )
+        .unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        let config = NodeConfig {
+            name: name.into(),
+            model: None,
+            batch: BatchPolicy {
+                max_batch_size: 4,
+                max_wait: Duration::ZERO,
+            },
+            heartbeat: Some(Duration::from_millis(50)),
+            shutdown_grace: Duration::from_secs(5),
+            codecs: NodeCodecs::default(),
+        };
+        let backend = Arc::new(Synthetic::new(SyntheticConfig {
+            service_time: "fixed:0".parse().unwrap(),
+            output_size: OUTPUT,
+            llm_tokens: 0,
+            seed: 1,
+        }));
+        let endpoints = Endpoints {
+            grpc: None,
+            grpc_tls: None,
+            quic: Some(endpoint),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (ready_tx, ready) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            serve_on(
+                endpoints,
+                config,
+                backend,
+                async {
+                    let _ = stopped.await;
+                },
+                move || {
+                    let _ = ready_tx.send(());
+                },
+            )
+            .await
+            .unwrap();
+        });
+        within("ready", ready).await.unwrap();
+
+        let tls = ClientTls {
+            check: ServerCheck::Pinned(vec![tls.fingerprint()]),
+            identity: None,
+        };
+        let (crypto, _) = tls.client_config(ALPN).unwrap();
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
+        let mut client = quinn::Endpoint::new(
+            sut_node::quic::endpoint_config(),
+            None,
+            std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+            Arc::new(quinn::TokioRuntime),
+        )
+        .unwrap();
+        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
+        cc.transport_config(Arc::new(sut_node::quic::transport_config()));
+        client.set_default_client_config(cc);
+        let conn = within("connect", client.connect(addr, "localhost").unwrap())
+            .await
+            .unwrap();
+        Node {
+            conn,
+            _client: client,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Opens a stream of `kind` and sends `bytes` on it (then ends it if
+    /// `finish`); returns every frame of the answer and how it ended.
+    async fn exchange(
+        &self,
+        kind: u8,
+        bytes: &[u8],
+        finish: bool,
+    ) -> (Vec<Frame>, Result<(), String>) {
+        let (mut send, mut recv) = self.conn.open_bi().await.unwrap();
+        let mut first = BytesMut::new();
+        first.put_u8(kind);
+        first.put_slice(bytes);
+        send.write_all(&first).await.unwrap();
+        if finish {
+            send.finish().unwrap();
+        }
+        let mut decoder = FrameDecoder::new(1 << 20);
+        let mut frames = Vec::new();
+        let end = within("the answer", async {
+            loop {
+                loop {
+                    match decoder.next_frame() {
+                        Ok(Some(f)) => frames.push(f),
+                        Ok(None) => break,
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                match recv.read_chunk(usize::MAX, true).await {
+                    Ok(Some(c)) => decoder.push(c.bytes),
+                    Ok(None) => return decoder.finish().map_err(|e| e.to_string()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await;
+        (frames, end)
+    }
+
+    async fn control<Rep: Message + Default>(&self, kind: u8, request: &impl Message) -> Rep {
+        let mut body = BytesMut::new();
+        encode_message(request, &mut body).unwrap();
+        let (frames, end) = self.exchange(kind, &body, true).await;
+        end.unwrap();
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        frames[0].clone().decode("reply").unwrap()
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        within("the node to stop", &mut self.task).await.unwrap();
+    }
+}
+
+fn sample(id: u64) -> ToNode {
+    ToNode {
+        kind: Some(to_node::Kind::Sample(SampleRequest {
+            id,
+            payload: Bytes::from(vec![id as u8; 100 + id as usize]),
+            codec: 0,
+        })),
+    }
+}
+
+#[tokio::test]
+async fn control_requests_and_the_infer_stream() {
+    let node = Node::start("quic-node").await;
+    let name: NameReply = node.control(stream_type::NAME, &NameRequest {}).await;
+    assert_eq!(name.name, "quic-node");
+    let session: SessionReply = node
+        .control(
+            stream_type::START_SESSION,
+            &SessionRequest {
+                protocol_version: proto::PROTOCOL_VERSION,
+                model: "resnet50".into(),
+                scenario: "Server".into(),
+                input_codec: 0,
+            },
+        )
+        .await;
+    assert!(session.ready && session.refusal.is_empty(), "{session:?}");
+    assert_eq!(session.node_name, "quic-node");
+    let refused: SessionReply = node
+        .control(
+            stream_type::START_SESSION,
+            &SessionRequest {
+                protocol_version: proto::PROTOCOL_VERSION,
+                model: "m".into(),
+                scenario: "Nope".into(),
+                input_codec: 0,
+            },
+        )
+        .await;
+    assert!(refused.refusal.contains("Nope"), "{refused:?}");
+    let health: HealthReply = node.control(stream_type::HEALTH, &HealthRequest {}).await;
+    assert!(health.ready);
+
+    // 200 samples in one go, then the end of the stream.
+    let mut w = FrameWriter::new();
+    for id in 1..=200 {
+        w.to_node(&sample(id)).unwrap();
+    }
+    let mut body = Vec::new();
+    for c in w.take_chunks().iter() {
+        body.extend_from_slice(c);
+    }
+    let (frames, end) = node.exchange(stream_type::INFER, &body, true).await;
+    end.unwrap();
+    let messages: Vec<FromNode> = frames
+        .into_iter()
+        .map(|f| f.decode("FromNode").unwrap())
+        .collect();
+    assert!(messages[0].heartbeat, "accepted at once with a heartbeat");
+    let mut ids: Vec<u64> = Vec::new();
+    for m in &messages {
+        assert!(m.errors.is_empty(), "{:?}", m.errors);
+        for a in &m.answers {
+            let Some(to_node::Kind::Sample(s)) = sample(a.id).kind else {
+                unreachable!()
+            };
+            assert_eq!(a.payload, proto::synthetic::answer(&s.payload, OUTPUT));
+            ids.push(a.id);
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=200).collect::<Vec<_>>());
+    assert!(
+        messages.len() < 200,
+        "answers ready together leave together ({} messages)",
+        messages.len()
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_streams_end_cleanly_and_the_node_keeps_serving() {
+    let node = Node::start("sturdy").await;
+
+    // An unknown stream type: an error frame.
+    let (frames, end) = node.exchange(99, b"", true).await;
+    end.unwrap();
+    assert!(
+        matches!(&frames[..], [Frame::Error(e)] if e.contains("unknown stream type 99")),
+        "{frames:?}"
+    );
+    // A control request that does not decode, one with a bad frame kind,
+    // one that ends inside its frame: error frames.
+    for body in [
+        &[0u8, 0, 0, 0, 3, 0xff, 0xff, 0xff][..],
+        &[7u8, 0, 0, 0, 0][..],
+        &[0u8, 0, 0, 0, 9, 1][..],
+    ] {
+        let (frames, end) = node.exchange(stream_type::START_SESSION, body, true).await;
+        end.unwrap();
+        assert!(
+            matches!(&frames[..], [Frame::Error(_)]),
+            "{body:?}: {frames:?}"
+        );
+    }
+    // A control frame announcing 4 GiB: refused at its header.
+    let (frames, _) = node
+        .exchange(stream_type::NAME, &[0, 0xff, 0xff, 0xff, 0xff], false)
+        .await;
+    assert!(
+        matches!(&frames[..], [Frame::Error(e)] if e.contains("limit")),
+        "{frames:?}"
+    );
+
+    // Infer streams fed garbage: a sample first, then a bad frame, a frame
+    // announcing 4 GiB, or a body that is not a ToNode. The sample is
+    // answered, then the stream ends; nothing is buffered for the 4 GiB.
+    let mut good = BytesMut::new();
+    encode_message(&sample(1), &mut good).unwrap();
+    for tail in [
+        &[9u8, 1, 2, 3, 4, 5][..],
+        &[0u8, 0xff, 0xff, 0xff, 0xff, 0][..],
+        &[0u8, 0, 0, 0, 2, 0xff, 0xff][..],
+    ] {
+        let mut body = good.to_vec();
+        body.extend_from_slice(tail);
+        let (frames, end) = node.exchange(stream_type::INFER, &body, false).await;
+        end.unwrap();
+        let answered: usize = frames
+            .into_iter()
+            .map(|f| f.decode::<FromNode>("FromNode").unwrap().answers.len())
+            .sum();
+        assert_eq!(answered, 1, "{tail:?}");
+    }
+
+    // Still serving.
+    let name: NameReply = node.control(stream_type::NAME, &NameRequest {}).await;
+    assert_eq!(name.name, "sturdy");
+    node.stop().await;
+}

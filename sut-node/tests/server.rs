@@ -1,0 +1,594 @@
+//! The SutNode service in-process on 127.0.0.1, driven by the generated
+//! tonic client.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto::sut_node_client::SutNodeClient;
+use proto::{
+    to_node, Codec, FromNode, HealthRequest, NameRequest, SampleRequest, SessionRequest, ToNode,
+};
+use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
+use sut_node::backend::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use sut_node::batcher::BatchPolicy;
+use sut_node::codec::NodeCodecs;
+use sut_node::server::{serve, NodeConfig, ServeError};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Streaming};
+
+/// Upper bound for anything the tests wait for.
+const LONG: Duration = Duration::from_secs(20);
+
+async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LONG, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+fn config(name: &str) -> NodeConfig {
+    NodeConfig {
+        name: name.into(),
+        model: None,
+        batch: BatchPolicy {
+            max_batch_size: 1,
+            max_wait: Duration::ZERO,
+        },
+        heartbeat: None,
+        shutdown_grace: Duration::from_secs(10),
+        codecs: NodeCodecs::default(),
+    }
+}
+
+fn synthetic(service_time: &str, output_size: usize, llm_tokens: u32) -> Arc<dyn Backend> {
+    Arc::new(Synthetic::new(SyntheticConfig {
+        service_time: service_time.parse::<ServiceTime>().unwrap(),
+        output_size,
+        llm_tokens,
+        seed: 1,
+    }))
+}
+
+struct Node {
+    client: SutNodeClient<Channel>,
+    ready: Option<oneshot::Receiver<()>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Node {
+    async fn start(config: NodeConfig, backend: Arc<dyn Backend>) -> Node {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (ready_tx, ready) = oneshot::channel();
+        let task = tokio::spawn(serve(
+            listener,
+            config,
+            backend,
+            async {
+                let _ = stopped.await;
+            },
+            move || {
+                let _ = ready_tx.send(());
+            },
+        ));
+        let client = within("connect", SutNodeClient::connect(format!("http://{addr}")))
+            .await
+            .unwrap();
+        Node {
+            client,
+            ready: Some(ready),
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Started and warmed up.
+    async fn ready(config: NodeConfig, backend: Arc<dyn Backend>) -> Node {
+        let mut node = Node::start(config, backend).await;
+        node.wait_ready().await;
+        node
+    }
+
+    async fn wait_ready(&mut self) {
+        let ready = self.ready.take().expect("waited for once");
+        within("ready", ready).await.unwrap();
+    }
+
+    /// Shuts the node down and checks that `serve` returns cleanly.
+    async fn stop(mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        within("serve to return", self.task).await.unwrap().unwrap();
+    }
+
+    /// An Infer stream whose input stays open while the sender lives.
+    async fn open_stream(&mut self) -> (mpsc::Sender<ToNode>, Streaming<FromNode>) {
+        let (tx, rx) = mpsc::channel(1024);
+        let response = within("infer", self.client.infer(ReceiverStream::new(rx)))
+            .await
+            .unwrap();
+        (tx, response.into_inner())
+    }
+
+    async fn outstanding(&mut self) -> u64 {
+        self.client
+            .health(HealthRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .outstanding
+    }
+}
+
+fn sample(id: u64, payload: Vec<u8>, codec: Codec) -> ToNode {
+    ToNode {
+        kind: Some(to_node::Kind::Sample(SampleRequest {
+            id,
+            payload: Bytes::from(payload),
+            codec: codec as i32,
+        })),
+    }
+}
+
+/// A different input for each id, of varying length (empty included).
+fn input(id: u64) -> Vec<u8> {
+    (0..id % 97).map(|i| (id * 31 + i) as u8).collect()
+}
+
+async fn next(stream: &mut Streaming<FromNode>) -> FromNode {
+    within("a FromNode", stream.message())
+        .await
+        .unwrap()
+        .expect("stream ended early")
+}
+
+fn session(model: &str, scenario: &str) -> SessionRequest {
+    SessionRequest {
+        protocol_version: proto::PROTOCOL_VERSION,
+        model: model.into(),
+        scenario: scenario.into(),
+        input_codec: Codec::None as i32,
+    }
+}
+
+#[tokio::test]
+async fn name_and_session_checks() {
+    let config = NodeConfig {
+        model: Some("resnet50".into()),
+        batch: BatchPolicy {
+            max_batch_size: 16,
+            max_wait: Duration::ZERO,
+        },
+        ..config("node-a")
+    };
+    let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
+    let c = &mut node.client;
+
+    assert_eq!(
+        c.name(NameRequest {}).await.unwrap().into_inner().name,
+        "node-a"
+    );
+
+    let reply = c
+        .start_session(session("resnet50", "Server"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.refusal, "");
+    assert!(reply.ready);
+    assert_eq!(reply.protocol_version, proto::PROTOCOL_VERSION);
+    assert_eq!(reply.node_name, "node-a");
+    assert_eq!(reply.backend, "synthetic");
+    assert_eq!(reply.max_batch_size, 16);
+    assert_eq!(
+        reply.input_codecs,
+        vec![Codec::None as i32, Codec::Zstd as i32, Codec::Lz4 as i32]
+    );
+    assert_eq!(reply.output_codec, Codec::None as i32);
+
+    let refusal = |r: tonic::Response<proto::SessionReply>| r.into_inner().refusal;
+    let wrong_version = SessionRequest {
+        protocol_version: 99,
+        ..session("resnet50", "Offline")
+    };
+    let r = refusal(c.start_session(wrong_version).await.unwrap());
+    assert!(r.contains("version 99"), "{r}");
+    assert!(
+        r.contains(&format!("version {}", proto::PROTOCOL_VERSION)),
+        "{r}"
+    );
+
+    let r = refusal(c.start_session(session("bert", "Offline")).await.unwrap());
+    assert!(r.contains("bert") && r.contains("resnet50"), "{r}");
+
+    let unknown = SessionRequest {
+        input_codec: 9,
+        ..session("resnet50", "Offline")
+    };
+    let r = refusal(c.start_session(unknown).await.unwrap());
+    assert!(
+        r.contains("cannot decode unknown codec 9 inputs; it decodes none, zstd, lz4"),
+        "{r}"
+    );
+
+    let r = refusal(c.start_session(session("resnet50", "Batch")).await.unwrap());
+    assert!(r.contains("Batch"), "{r}");
+
+    node.stop().await;
+}
+
+/// A backend for timing-independent tests: warm-up and the first batch can
+/// be held until the test releases them.
+struct Gated {
+    warm_up: Mutex<Option<std_mpsc::Receiver<()>>>,
+    first_batch: Mutex<Option<std_mpsc::Receiver<()>>>,
+    hold_first: AtomicBool,
+    /// The size of each batch, as it starts.
+    batches: mpsc::UnboundedSender<usize>,
+}
+
+impl Gated {
+    fn new(hold_warm_up: bool, hold_first_batch: bool) -> (Arc<Self>, Gates) {
+        let (warm_tx, warm_rx) = std_mpsc::channel();
+        let (batch_tx, batch_rx) = std_mpsc::channel();
+        let (batches_tx, batches) = mpsc::unbounded_channel();
+        let backend = Arc::new(Gated {
+            warm_up: Mutex::new(hold_warm_up.then_some(warm_rx)),
+            first_batch: Mutex::new(Some(batch_rx)),
+            hold_first: AtomicBool::new(hold_first_batch),
+            batches: batches_tx,
+        });
+        let gates = Gates {
+            warm_up: warm_tx,
+            first_batch: batch_tx,
+            batches,
+        };
+        (backend, gates)
+    }
+}
+
+struct Gates {
+    warm_up: std_mpsc::Sender<()>,
+    first_batch: std_mpsc::Sender<()>,
+    batches: mpsc::UnboundedReceiver<usize>,
+}
+
+impl Backend for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+
+    fn warm_up(&self) -> Result<(), BackendError> {
+        if let Some(gate) = self.warm_up.lock().unwrap().take() {
+            gate.recv()
+                .map_err(|_| BackendError("warm-up gate dropped".into()))?;
+        }
+        Ok(())
+    }
+
+    fn infer(
+        &self,
+        inputs: &[Bytes],
+        _: BatchInfo,
+        _: &mut dyn FirstTokenSink,
+    ) -> Result<Vec<Output>, BackendError> {
+        let _ = self.batches.send(inputs.len());
+        if self.hold_first.swap(false, Ordering::SeqCst) {
+            if let Some(gate) = self.first_batch.lock().unwrap().take() {
+                let _ = gate.recv();
+            }
+        }
+        Ok(inputs
+            .iter()
+            .map(|input| {
+                Ok(Answer {
+                    payload: Bytes::from(proto::synthetic::answer(input, 8)),
+                    n_tokens: 0,
+                })
+            })
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn not_ready_until_the_backend_has_warmed_up() {
+    let (backend, gates) = Gated::new(true, false);
+    let mut node = Node::start(config("loading"), backend).await;
+
+    let health = node
+        .client
+        .health(HealthRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!health.ready);
+    let reply = node
+        .client
+        .start_session(session("any", "Offline"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!reply.ready);
+    assert_eq!(reply.refusal, "", "loading is not a refusal");
+    let (_tx, rx) = mpsc::channel::<ToNode>(1);
+    let err = node
+        .client
+        .infer(ReceiverStream::new(rx))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+
+    gates.warm_up.send(()).unwrap();
+    node.wait_ready().await;
+    let health = node
+        .client
+        .health(HealthRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(health.ready);
+    let reply = node
+        .client
+        .start_session(session("any", "Offline"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reply.ready);
+    assert_eq!(reply.backend, "gated");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sample_gets_its_synthetic_answer() {
+    let config = NodeConfig {
+        batch: BatchPolicy {
+            max_batch_size: 8,
+            max_wait: Duration::from_micros(200),
+        },
+        ..config("node-b")
+    };
+    let mut node = Node::ready(config, synthetic("batch:20+5", 24, 0)).await;
+
+    let n = 500u64;
+    let mut requests: Vec<ToNode> = (0..n)
+        .map(|id| sample(id, input(id), Codec::None))
+        .collect();
+    // Undecodable samples get errors; an empty message is skipped.
+    requests.insert(100, sample(1000, vec![1, 2], Codec::Zstd));
+    requests.insert(200, ToNode { kind: None });
+    requests.push(ToNode {
+        kind: Some(to_node::Kind::Sample(SampleRequest {
+            id: 1001,
+            payload: Bytes::new(),
+            codec: 77,
+        })),
+    });
+    let response = within("infer", node.client.infer(tokio_stream::iter(requests)))
+        .await
+        .unwrap();
+    let mut stream = response.into_inner();
+
+    let mut answers = HashMap::new();
+    let mut errors = HashMap::new();
+    // The input ends after the last sample: the node ends the stream once
+    // it has answered everything.
+    while let Some(message) = within("answers", stream.message()).await.unwrap() {
+        assert!(message.first_tokens.is_empty());
+        for a in message.answers {
+            assert_eq!(a.codec, Codec::None as i32);
+            assert_eq!(a.n_tokens, 0);
+            assert!(
+                answers.insert(a.id, a.payload).is_none(),
+                "id {} twice",
+                a.id
+            );
+        }
+        for e in message.errors {
+            assert!(errors.insert(e.id, e.message).is_none());
+        }
+    }
+    assert_eq!(answers.len() as u64, n);
+    for id in 0..n {
+        let expected = proto::synthetic::answer(&input(id), 24);
+        assert_eq!(answers[&id], expected, "answer of sample {id}");
+    }
+    assert_eq!(errors.len(), 2);
+    assert!(
+        errors[&1000].contains("corrupt zstd frame"),
+        "{}",
+        errors[&1000]
+    );
+    assert!(
+        errors[&1001].contains("unknown codec 77"),
+        "{}",
+        errors[&1001]
+    );
+    assert_eq!(node.outstanding().await, 0);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn answers_ready_together_leave_in_one_message() {
+    // Single-threaded runtime: when Health reports the samples received,
+    // the reader has queued them (both happen in one poll of its task).
+    let (backend, mut gates) = Gated::new(false, true);
+    let config = NodeConfig {
+        batch: BatchPolicy {
+            max_batch_size: 64,
+            max_wait: Duration::ZERO,
+        },
+        ..config("node-c")
+    };
+    let mut node = Node::ready(config, backend).await;
+    let (tx, mut stream) = node.open_stream().await;
+
+    tx.send(sample(0, input(0), Codec::None)).await.unwrap();
+    assert_eq!(within("first batch", gates.batches.recv()).await, Some(1));
+    // The backend holds that batch: the next samples queue up behind it.
+    for id in 1..=20 {
+        tx.send(sample(id, input(id), Codec::None)).await.unwrap();
+    }
+    within("20 samples queued", async {
+        while node.outstanding().await < 21 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    gates.first_batch.send(()).unwrap();
+    assert_eq!(within("second batch", gates.batches.recv()).await, Some(20));
+
+    let mut seen = HashSet::new();
+    let mut biggest = 0;
+    while seen.len() < 21 {
+        let message = next(&mut stream).await;
+        biggest = biggest.max(message.answers.len());
+        for a in message.answers {
+            assert_eq!(a.payload, proto::synthetic::answer(&input(a.id), 8));
+            seen.insert(a.id);
+        }
+    }
+    assert!(
+        biggest >= 20,
+        "a batch's answers came in messages of at most {biggest}"
+    );
+    drop(tx);
+    assert!(within("end", stream.message()).await.unwrap().is_none());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_mode_sends_the_first_token_before_the_answer() {
+    let config = NodeConfig {
+        batch: BatchPolicy {
+            max_batch_size: 4,
+            max_wait: Duration::ZERO,
+        },
+        ..config("llm")
+    };
+    let mut node = Node::ready(config, synthetic("fixed:2000", 16, 7)).await;
+    let n = 40u64;
+    let requests: Vec<ToNode> = (0..n)
+        .map(|id| sample(id, input(id), Codec::None))
+        .collect();
+    let response = within("infer", node.client.infer(tokio_stream::iter(requests)))
+        .await
+        .unwrap();
+    let mut stream = response.into_inner();
+
+    let mut first_tokens = HashMap::new();
+    let mut answered = 0;
+    while let Some(message) = within("answers", stream.message()).await.unwrap() {
+        // Within a message, first tokens come before answers.
+        for t in message.first_tokens {
+            assert!(first_tokens.insert(t.id, t.payload).is_none());
+        }
+        for a in message.answers {
+            let expected = proto::synthetic::answer(&input(a.id), 16);
+            assert_eq!(a.payload, expected);
+            assert_eq!(a.n_tokens, 7);
+            let token = first_tokens.get(&a.id);
+            assert_eq!(
+                token.map(|t| &t[..]),
+                Some(&expected[..4]),
+                "sample {}: answer without an earlier first token",
+                a.id
+            );
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, n);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_stream_gets_heartbeats() {
+    let config = NodeConfig {
+        heartbeat: Some(Duration::from_millis(20)),
+        ..config("idle")
+    };
+    let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
+    let (tx, mut stream) = node.open_stream().await;
+    for _ in 0..3 {
+        let message = next(&mut stream).await;
+        assert!(message.heartbeat);
+        assert!(message.answers.is_empty() && message.errors.is_empty());
+    }
+    // Still a working stream after idling.
+    tx.send(sample(5, input(5), Codec::None)).await.unwrap();
+    let answer = loop {
+        let message = next(&mut stream).await;
+        if let Some(a) = message.answers.into_iter().next() {
+            break a;
+        }
+        assert!(message.heartbeat);
+    };
+    assert_eq!(answer.id, 5);
+    assert!(
+        next(&mut stream).await.heartbeat,
+        "heartbeats resume when idle again"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_samples_in_flight_then_ends_the_streams() {
+    let (backend, mut gates) = Gated::new(false, true);
+    let mut node = Node::ready(config("stopping"), backend).await;
+    let (idle_tx, mut idle) = node.open_stream().await;
+    let (busy_tx, mut busy) = node.open_stream().await;
+    busy_tx
+        .send(sample(9, input(9), Codec::None))
+        .await
+        .unwrap();
+    assert_eq!(within("batch", gates.batches.recv()).await, Some(1));
+
+    // Sample 9 is in the backend when the node is told to stop.
+    let _ = node.stop.take().map(|s| s.send(()));
+    let status = within("idle stream end", idle.message()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert!(status.message().contains("shutting down"), "{status}");
+
+    gates.first_batch.send(()).unwrap();
+    let message = next(&mut busy).await;
+    assert_eq!(message.answers.len(), 1);
+    assert_eq!(message.answers[0].id, 9);
+    let status = within("busy stream end", busy.message()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+
+    within("serve to return", node.task).await.unwrap().unwrap();
+    drop((idle_tx, busy_tx));
+}
+
+#[tokio::test]
+async fn shutdown_cuts_streams_whose_samples_outlast_the_grace_time() {
+    let (backend, mut gates) = Gated::new(false, true);
+    let config = NodeConfig {
+        shutdown_grace: Duration::from_millis(50),
+        ..config("cut")
+    };
+    let mut node = Node::ready(config, backend).await;
+    let (tx, mut stream) = node.open_stream().await;
+    tx.send(sample(3, input(3), Codec::None)).await.unwrap();
+    assert_eq!(within("batch", gates.batches.recv()).await, Some(1));
+
+    let _ = node.stop.take().map(|s| s.send(()));
+    let status = within("stream end", stream.message()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert!(
+        status
+            .message()
+            .contains("unanswered samples on this stream: 1"),
+        "{status}"
+    );
+    within("serve to return", node.task).await.unwrap().unwrap();
+    // Lets the backend's worker thread finish.
+    drop(gates);
+}

@@ -1,0 +1,189 @@
+//! Network-path benchmark: loadgen-node -> QDL -> gRPC over loopback ->
+//! sut-node (synthetic backend, zero service time) -> back, on this machine.
+//!
+//! Prints, side by side from runs made now:
+//! - the latency the network path adds (p50, p99) over the in-process null
+//!   SUT, on the same seeded Server schedule;
+//! - the highest VALID Server QPS and the Offline samples/s through one node
+//!   and through three nodes;
+//!
+//! and the ratios to the official LoadGen-over-network demo's figures
+//! measured on this kind of machine (Flask, JSON, a thread per query).
+//!
+//! `cargo bench -p e2e-tests --bench network` (builds the release binaries
+//! first). BENCH_QUICK=1 shortens every run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use e2e_tests::{detail_value, scratch, text, SutNode};
+
+/// The official demo on this kind of machine (2 cores).
+const DEMO_SERVER_QPS: f64 = 350.0;
+const DEMO_OFFLINE_SPS: f64 = 292.0;
+const DEMO_P99_AT_100_QPS_NS: f64 = 10.75e6;
+
+struct Bench {
+    quick: bool,
+    loadgen: PathBuf,
+}
+
+impl Bench {
+    fn secs(&self, full: u64) -> u64 {
+        if self.quick {
+            (full / 4).max(1)
+        } else {
+            full
+        }
+    }
+
+    /// One loadgen-node run; returns its output directory.
+    fn run(&self, sut: &str, scenario: &str, sets: &[String], tag: &str) -> PathBuf {
+        let out = scratch(&format!("bench-{tag}"));
+        let mut cmd = Command::new(&self.loadgen);
+        cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", scenario])
+            .args(["--mode", "PerformanceOnly", "--sample-bytes", "64"])
+            .args([
+                "--total-sample-count",
+                "1024",
+                "--performance-sample-count",
+                "1024",
+            ])
+            .args(["--no-trace", "--output-dir"])
+            .arg(&out);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        let o = cmd.output().expect("loadgen-node runs");
+        if !o.status.success() {
+            panic!("loadgen-node failed on {tag}: {}", text(&o.stderr));
+        }
+        out
+    }
+
+    fn valid(dir: &Path) -> bool {
+        detail_value(dir, "result_validity").is_some_and(|v| v == "VALID")
+    }
+
+    fn number(dir: &Path, key: &str) -> f64 {
+        detail_value(dir, key)
+            .and_then(|v| v.as_f64())
+            .unwrap_or_else(|| panic!("{key} missing in {}", dir.display()))
+    }
+
+    fn server(&self, sut: &str, qps: f64, secs: u64, tag: &str) -> PathBuf {
+        let sets = vec![
+            format!("target_qps={qps}"),
+            format!("min_duration={}", secs * 1000),
+            "min_query_count=100".to_string(),
+        ];
+        self.run(sut, "Server", &sets, tag)
+    }
+
+    /// The highest target QPS whose Server run is VALID: double, then bisect.
+    fn peak_server_qps(&self, sut: &str, tag: &str) -> f64 {
+        let secs = self.secs(4);
+        let mut lo = 0.0;
+        let mut hi = 10_000.0;
+        while Self::valid(&self.server(sut, hi, secs, tag)) {
+            lo = hi;
+            hi *= 2.0;
+        }
+        while hi - lo > lo * 0.05 && hi - lo > 1000.0 {
+            let mid = (lo + hi) / 2.0;
+            if Self::valid(&self.server(sut, mid, secs, tag)) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn offline_sps(&self, sut: &str, tag: &str) -> f64 {
+        let secs = self.secs(4);
+        let sets = vec![
+            "target_qps=2000000".to_string(),
+            format!("min_duration={}", secs * 1000),
+        ];
+        Self::number(
+            &self.run(sut, "Offline", &sets, tag),
+            "result_samples_per_second",
+        )
+    }
+}
+
+fn build_release() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "loadgen-node", "-p", "sut-node"])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the release binaries failed");
+    e2e_tests::binary("loadgen-node")
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else is taken.
+    let bench = Bench {
+        quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
+        loadgen: build_release(),
+    };
+    let one = SutNode::start("bench-1", &[]);
+    let three: Vec<SutNode> = (2..=4)
+        .map(|i| SutNode::start(&format!("bench-{i}"), &[]))
+        .collect();
+    let three_list = three
+        .iter()
+        .map(|n| n.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+
+    println!("network path benchmark (2-core machine, loopback, 64-byte samples)");
+    println!();
+    println!("added latency, same seeded Server schedule, null SUT vs one sut-node:");
+    let secs = bench.secs(8);
+    for qps in [100.0, 10_000.0, 50_000.0] {
+        let null = bench.server("null", qps, secs, "lat-null");
+        let net = bench.server(&one.addr, qps, secs, "lat-net");
+        let p = |d: &Path, k: &str| Bench::number(d, k);
+        let (n50, n99) = (
+            p(&null, "result_50.00_percentile_latency_ns"),
+            p(&null, "result_99.00_percentile_latency_ns"),
+        );
+        let (g50, g99) = (
+            p(&net, "result_50.00_percentile_latency_ns"),
+            p(&net, "result_99.00_percentile_latency_ns"),
+        );
+        println!(
+            "  {qps:>8} QPS: p50 {:>9.1} us (null {:>7.1}, added {:>8.1}) | p99 {:>9.1} us (null {:>7.1}, added {:>8.1}){}",
+            g50 / 1e3,
+            n50 / 1e3,
+            (g50 - n50) / 1e3,
+            g99 / 1e3,
+            n99 / 1e3,
+            (g99 - n99) / 1e3,
+            if Bench::valid(&net) { "" } else { "  [INVALID]" }
+        );
+        if qps == 100.0 {
+            println!(
+                "             p99 vs the official demo's {:.2} ms at 100 QPS: {:.1}x lower",
+                DEMO_P99_AT_100_QPS_NS / 1e6,
+                DEMO_P99_AT_100_QPS_NS / g99
+            );
+        }
+    }
+    println!();
+    for (label, sut, tag) in [
+        ("1 node ", one.addr.as_str(), "one"),
+        ("3 nodes", three_list.as_str(), "three"),
+    ] {
+        let qps = bench.peak_server_qps(sut, &format!("peak-{tag}"));
+        let sps = bench.offline_sps(sut, &format!("offline-{tag}"));
+        println!(
+            "{label}: highest VALID Server QPS {qps:>9.0} ({:>6.0}x the demo's {DEMO_SERVER_QPS}) | Offline {sps:>9.0} samples/s ({:>6.0}x the demo's {DEMO_OFFLINE_SPS})",
+            qps / DEMO_SERVER_QPS,
+            sps / DEMO_OFFLINE_SPS
+        );
+    }
+}

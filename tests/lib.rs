@@ -1,0 +1,253 @@
+//! Helpers shared by the end-to-end tests: the workspace's binaries started
+//! as real processes on 127.0.0.1, and readers of the logs they leave.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A binary of this workspace, built next to the test executable
+/// (`tests/run.sh` builds them all first).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A `sut-node serve` process, stopped (SIGKILL) when dropped.
+pub struct SutNode {
+    pub name: String,
+    /// The address of the ready line: gRPC's (QUIC's with `--no-grpc`).
+    pub addr: String,
+    /// QUIC's address, when the node serves QUIC.
+    pub quic: Option<String>,
+    /// The SHA-256 fingerprint of its TLS certificate, when it has one.
+    pub fingerprint: Option<String>,
+    child: Child,
+}
+
+impl SutNode {
+    /// Starts a synthetic sut-node on a free loopback port and waits for its
+    /// ready line.
+    pub fn start(name: &str, extra: &[&str]) -> SutNode {
+        let mut child = Command::new(binary("sut-node"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--name", name])
+            .args(["--backend", "synthetic"])
+            .env("RUST_LOG", "warn")
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sut-node starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Its stderr goes on to ours; the fingerprint line is kept.
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (fp_tx, fp_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split(" fingerprint ").nth(1) {
+                    let fp = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = fp_tx.send(fp.to_string());
+                }
+                eprintln!("{line}");
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("sut-node {name} printed no ready line"));
+        let addr = line
+            .split(" ready on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected ready line: {line}"))
+            .to_string();
+        let quic = line
+            .split(" quic ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(String::from);
+        // Printed before the ready line, when the node has a certificate.
+        let has_tls = quic.is_some() || extra.iter().any(|a| a.starts_with("--tls"));
+        let fingerprint = has_tls
+            .then(|| fp_rx.recv_timeout(Duration::from_secs(5)).ok())
+            .flatten();
+        SutNode {
+            name: name.to_string(),
+            addr,
+            quic,
+            fingerprint,
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Kills the node at once, as a crashed host would vanish.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SutNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `--sut` value for these nodes.
+pub fn sut_list(nodes: &[SutNode]) -> String {
+    nodes
+        .iter()
+        .map(|n| n.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `--sut` value reaching these nodes over QUIC.
+pub fn quic_list(nodes: &[SutNode]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "quic://{}",
+                n.quic.as_deref().expect("the node serves QUIC")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `--tls-pin` value for these nodes' certificates.
+pub fn pins(nodes: &[SutNode]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            n.fingerprint
+                .clone()
+                .expect("the node printed its fingerprint")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mlperf-net-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch directory");
+    d
+}
+
+/// Runs `loadgen-node` with `args` and returns its output.
+pub fn loadgen(args: &[&str]) -> Output {
+    Command::new(binary("loadgen-node"))
+        .args(args)
+        .output()
+        .expect("loadgen-node runs")
+}
+
+/// The value of the first detail-log record with `key`.
+pub fn detail_value(dir: &Path, key: &str) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("mlperf_log_detail.txt")).ok()?;
+    text.lines()
+        .filter_map(|l| l.strip_prefix(":::MLLOG "))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["key"] == key)
+        .map(|v| v["value"].clone())
+}
+
+/// Every detail line must parse: a failed run leaves complete records.
+pub fn detail_is_intact(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("mlperf_log_detail.txt")).is_ok_and(|t| {
+        t.lines().all(|l| {
+            l.strip_prefix(":::MLLOG ")
+                .is_some_and(|j| serde_json::from_str::<serde_json::Value>(j).is_ok())
+        })
+    })
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Starts a long Server run of `loadgen-node` with `args` (which name the
+/// nodes and how to reach them), breaks `victim` with `break_it` once the run
+/// is issuing, and checks that the run ends promptly: exit 2, INVALID, the
+/// reason naming `victim_addr`, the detail log intact.
+pub fn node_failure_ends_run(
+    args: &[String],
+    out: &Path,
+    victim: &mut SutNode,
+    victim_addr: &str,
+    break_it: impl FnOnce(&mut SutNode),
+) {
+    use std::time::Instant;
+    let mut args = args.to_vec();
+    for s in [
+        "target_qps=2000",
+        "min_duration=60000",
+        "min_query_count=100",
+    ] {
+        args.extend(["--set".to_string(), s.to_string()]);
+    }
+    args.extend(["--node-timeout", "1", "--output-dir"].map(String::from));
+    args.push(out.display().to_string());
+    let mut child = Command::new(binary("loadgen-node"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("loadgen-node starts");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while detail_value(out, "generated_query_count").is_none() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    break_it(victim);
+    let broken_at = Instant::now();
+
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            broken_at.elapsed() < Duration::from_secs(20),
+            "the run did not end after the node failed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = child
+        .wait_with_output()
+        .map(|o| text(&o.stderr))
+        .unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(victim_addr),
+        "the reason names the node: {err}"
+    );
+    assert!(detail_is_intact(out), "the detail log is intact");
+    let summary = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap_or_default();
+    assert!(summary.contains("Result is : INVALID"), "{summary}");
+    assert!(summary.contains(victim_addr), "{summary}");
+}
