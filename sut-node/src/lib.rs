@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod batcher;
 pub mod codec;
+pub mod config_file;
 mod infer;
 pub mod quic;
 pub mod server;

@@ -13,6 +13,7 @@ use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
 use sut_node::codec::{NodeCodecs, DEFAULT_MAX_INPUT_BYTES};
+use sut_node::config_file;
 use sut_node::server::{self, NodeConfig};
 use sut_node::tls::NodeTls;
 use tracing_subscriber::EnvFilter;
@@ -24,7 +25,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// An MLPerf Inference sut-node: runs the samples a LoadGen node sends over
 /// the network and sends the answers back.
 #[derive(Parser, Debug)]
-#[command(name = "sut-node", version)]
+#[command(name = "sut-node", version, args_override_self = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,6 +59,13 @@ struct HealthArgs {
 
 #[derive(Args, Debug)]
 struct ServeArgs {
+    /// Read options from a TOML file: `key = value` per option of `serve`,
+    /// named as the long flag without its dashes (e.g. `backend = "onnx"`,
+    /// `max_batch_size = 8`, `no_quic = true`). Flags on the command line
+    /// win over the file. See docs/backends.md.
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+
     /// Address to listen on (host:port). Port 0 picks a free port; the ready
     /// line shows which.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:50051")]
@@ -77,10 +85,26 @@ struct ServeArgs {
     #[arg(long, value_enum)]
     backend: BackendKind,
 
-    /// The model this node serves (e.g. resnet50); sessions for another model
-    /// are refused. Empty: accept any model.
-    #[arg(long, value_name = "M", default_value = "")]
-    model: String,
+    /// The MLPerf benchmark this node serves (e.g. resnet50, as loadgen-node
+    /// --model names it); sessions for another benchmark are refused. Empty:
+    /// accept any.
+    #[arg(long, value_name = "NAME", default_value = "")]
+    benchmark: String,
+
+    /// In-process backends: the model to load (onnx: FILE.onnx; llm:
+    /// FILE.gguf or a directory of safetensors).
+    #[arg(long, value_name = "PATH", help_heading = "Model backends")]
+    model: Option<PathBuf>,
+
+    /// Forwarders: the inference server to forward every sample to (kserve:
+    /// its gRPC endpoint, e.g. http://host:8001; openai: its base URL, e.g.
+    /// http://host:8000).
+    #[arg(long, value_name = "URL", help_heading = "Forwarders")]
+    upstream: Option<String>,
+
+    /// Forwarders: the model's name on the upstream server.
+    #[arg(long, value_name = "NAME", help_heading = "Forwarders")]
+    model_name: Option<String>,
 
     /// Dynamic batching: the most samples run together in one batch. 1: no
     /// batching.
@@ -161,7 +185,13 @@ enum BackendKind {
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    let cli = match config_file::args_with_config(std::env::args_os(), &serve_flags()) {
+        Ok(args) => Cli::parse_from(args),
+        Err(e) => {
+            eprintln!("sut-node: error: {e:#}");
+            std::process::exit(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -178,6 +208,20 @@ async fn main() {
         eprintln!("sut-node: error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The long flags of `serve`, for checking the keys of a --config file.
+fn serve_flags() -> Vec<String> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    cli.find_subcommand("serve")
+        .map(|serve| {
+            serve
+                .get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 async fn health(args: HealthArgs) -> Result<()> {
@@ -220,7 +264,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let config = NodeConfig {
         name: name.clone(),
-        model: Some(args.model).filter(|m| !m.is_empty()),
+        model: Some(args.benchmark).filter(|m| !m.is_empty()),
         batch: BatchPolicy {
             max_batch_size: args.max_batch_size as usize,
             max_wait: Duration::from_micros(args.max_batch_wait_us),

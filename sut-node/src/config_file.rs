@@ -1,0 +1,270 @@
+//! `sut-node serve --config FILE.toml`: options from a TOML file.
+//!
+//! Each key is a long flag of `serve` without its dashes (`max_batch_size`
+//! or `max-batch-size`), each value that flag's value. The file's options are
+//! placed before those of the command line, which therefore win.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("{}{}: unknown key `{key}` (not an option of `sut-node serve`; see --help)", path.display(), line_suffix(*line))]
+    UnknownKey {
+        path: PathBuf,
+        line: Option<usize>,
+        key: String,
+    },
+    #[error("{}{}: key `{key}`: {why}", path.display(), line_suffix(*line))]
+    BadValue {
+        path: PathBuf,
+        line: Option<usize>,
+        key: String,
+        why: &'static str,
+    },
+    #[error("--config needs a file name")]
+    MissingFile,
+}
+
+fn line_suffix(line: Option<usize>) -> String {
+    line.map(|l| format!(":{l}")).unwrap_or_default()
+}
+
+/// `args` (the whole command line, program name first) with the options of
+/// `serve --config FILE` inserted right after `serve`. `known` lists the long
+/// flags of `serve`. Other command lines come back unchanged.
+pub fn args_with_config(
+    args: impl IntoIterator<Item = OsString>,
+    known: &[String],
+) -> Result<Vec<OsString>, ConfigError> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    if args.get(1).map(|a| a != "serve").unwrap_or(true) {
+        return Ok(args);
+    }
+    let Some(path) = config_path(&args[2..])? else {
+        return Ok(args);
+    };
+    let options = options_from_file(&path, known)?;
+    args.splice(2..2, options);
+    Ok(args)
+}
+
+/// The value of the last `--config FILE` or `--config=FILE`, if any.
+fn config_path(args: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
+    let mut path = None;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].to_string_lossy();
+        if arg == "--" {
+            break;
+        }
+        if arg == "--config" {
+            path = Some(PathBuf::from(
+                args.get(i + 1).ok_or(ConfigError::MissingFile)?,
+            ));
+            i += 1;
+        } else if let Some(value) = arg.strip_prefix("--config=") {
+            path = Some(PathBuf::from(value));
+        }
+        i += 1;
+    }
+    Ok(path)
+}
+
+/// The command-line options a config file stands for.
+pub fn options_from_file(path: &Path, known: &[String]) -> Result<Vec<OsString>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+    let mut options = Vec::new();
+    for (key, value) in &table {
+        let flag = key.replace('_', "-");
+        let line = line_of(&text, key);
+        if flag == "config" || !known.iter().any(|k| *k == flag) {
+            return Err(ConfigError::UnknownKey {
+                path: path.to_path_buf(),
+                line,
+                key: key.clone(),
+            });
+        }
+        let bad = |why| ConfigError::BadValue {
+            path: path.to_path_buf(),
+            line,
+            key: key.clone(),
+            why,
+        };
+        let values = match value {
+            toml::Value::Array(items) => items.iter().collect(),
+            other => vec![other],
+        };
+        for value in values {
+            match value {
+                toml::Value::Boolean(true) => options.push(format!("--{flag}").into()),
+                toml::Value::Boolean(false) => {}
+                toml::Value::String(s) => options.push(format!("--{flag}={s}").into()),
+                toml::Value::Integer(n) => options.push(format!("--{flag}={n}").into()),
+                toml::Value::Float(x) => options.push(format!("--{flag}={x}").into()),
+                toml::Value::Array(_) => return Err(bad("nested arrays are not options")),
+                toml::Value::Table(_) => return Err(bad("tables are not options")),
+                toml::Value::Datetime(_) => return Err(bad("dates are not options")),
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// The line where `key` is set, for error messages.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|line| {
+            line.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known() -> Vec<String> {
+        [
+            "backend",
+            "model",
+            "max-batch-size",
+            "no-quic",
+            "listen",
+            "config",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn write(text: &str) -> (tempdir::Dir, PathBuf) {
+        let dir = tempdir::Dir::new();
+        let path = dir.0.join("node.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    mod tempdir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Dir {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let path = std::env::temp_dir().join(format!(
+                    "sut-node-config-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    fn strings(args: &[OsString]) -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn file_options_go_before_the_command_line() {
+        let (_dir, path) = write(
+            "backend = \"onnx\"\nmax_batch_size = 8\nno-quic = true\nmodel = \"/m/r.onnx\"\n",
+        );
+        let args = [
+            "sut-node",
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--max-batch-size",
+            "4",
+        ]
+        .map(OsString::from);
+        let out = strings(&args_with_config(args, &known()).unwrap());
+        assert_eq!(out[..2], ["sut-node", "serve"]);
+        let mut from_file = out[2..6].to_vec();
+        from_file.sort();
+        assert_eq!(
+            from_file,
+            [
+                "--backend=onnx",
+                "--max-batch-size=8",
+                "--model=/m/r.onnx",
+                "--no-quic"
+            ]
+        );
+        assert_eq!(
+            out[6..],
+            ["--config", path.to_str().unwrap(), "--max-batch-size", "4"]
+        );
+    }
+
+    #[test]
+    fn other_command_lines_are_unchanged() {
+        let args = ["sut-node", "health", "--config", "x"].map(OsString::from);
+        assert_eq!(
+            args_with_config(args.clone(), &known()).unwrap(),
+            args.to_vec()
+        );
+        let args = ["sut-node", "serve", "--backend", "synthetic"].map(OsString::from);
+        assert_eq!(
+            args_with_config(args.clone(), &known()).unwrap(),
+            args.to_vec()
+        );
+    }
+
+    #[test]
+    fn unknown_keys_bad_values_and_bad_toml_name_the_file_and_line() {
+        let (_dir, path) = write("backend = \"onnx\"\n\nmax_batch = 8\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(
+            err.contains("node.toml:3: unknown key `max_batch`"),
+            "{err}"
+        );
+
+        let (_dir, path) = write("model = { path = \"x\" }\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(err.contains("node.toml:1: key `model`: tables"), "{err}");
+
+        let (_dir, path) = write("backend = onnx\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(err.contains("node.toml") && err.contains("line 1"), "{err}");
+
+        let err = options_from_file(Path::new("/nonexistent/n.toml"), &known())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("/nonexistent/n.toml: cannot read"), "{err}");
+
+        let (_dir, path) = write("config = \"other.toml\"\n");
+        assert!(matches!(
+            options_from_file(&path, &known()),
+            Err(ConfigError::UnknownKey { .. })
+        ));
+    }
+}
