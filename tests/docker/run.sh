@@ -128,15 +128,26 @@ wait_streams() {
     done
     fail "$1 logged $(count_streams "$1") stream ends, expected $2"
 }
+# Waits at most 60 s for the nodes to be healthy; on failure prints what
+# their containers say (state, the last health probes, their logs).
 wait_healthy() {
-    local s i status
+    local s id status deadline=$((SECONDS + 60))
     for s in "$@"; do
-        for i in $(seq 1 300); do
-            status=$(docker inspect -f '{{.State.Health.Status}}' "$(cid "$s")")
-            [ "$status" = healthy ] && break
+        id=$(cid "$s")
+        while :; do
+            status=$(docker inspect -f '{{.State.Status}}/{{.State.Health.Status}}' "$id" 2>&1 || true)
+            [ "$status" = running/healthy ] && break
+            case $status in running/*) ;; *) break ;; esac
+            [ "$SECONDS" -lt "$deadline" ] || break
             sleep 0.2
         done
-        [ "$status" = healthy ] || fail "$s is $status, not healthy, after 60 s"
+        if [ "$status" != running/healthy ]; then
+            echo "docker: $s: state $status; last health probes and log:" >&2
+            docker inspect -f '{{range .State.Health.Log}}{{.ExitCode}} {{.Output}}{{end}}' "$id" >&2 || true
+            docker inspect -f 'exit code {{.State.ExitCode}} {{.State.Error}}' "$id" >&2 || true
+            docker logs --tail 20 "$id" >&2 || true
+            fail "$s is $status, not running/healthy, after $((60 - deadline + SECONDS)) s"
+        fi
     done
 }
 # Checks a finished complete run in $out.
@@ -166,7 +177,8 @@ loadgen_help() { docker run --rm "${IMAGE_PREFIX:-mlperf-net}/loadgen-node:${IMA
 
 # Starts the three nodes and waits until they are healthy.
 nodes_up() {
-    compose up -d sut-1 sut-2 sut-3 >/dev/null 2>&1
+    local log
+    log=$(compose up -d sut-1 sut-2 sut-3 2>&1) || { echo "$log" >&2; fail "compose up of the nodes failed"; }
     wait_healthy sut-1 sut-2 sut-3
 }
 # Starts the loadgen service alone (the nodes already run), detached.
