@@ -166,6 +166,8 @@ pub struct QdlConfig {
     /// mutual TLS. QUIC and `grpcs://` nodes need it; with it, `grpc://`
     /// nodes use TLS too.
     pub tls: Option<ClientTls>,
+    /// Threads of the QDL's network runtime (at least 1).
+    pub io_threads: usize,
 }
 
 impl Default for QdlConfig {
@@ -181,6 +183,7 @@ impl Default for QdlConfig {
             connect_timeout: Duration::from_secs(10),
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             tls: None,
+            io_threads: 2,
         }
     }
 }

@@ -74,6 +74,12 @@ struct ServeArgs {
     #[command(flatten)]
     net: NetArgs,
 
+    /// Threads of the node's network runtime [default: one per core]. The
+    /// backend runs on a thread of its own besides these.
+    #[arg(long, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    threads: Option<usize>,
+
     /// The node's name in the LoadGen node's logs [default: this machine's
     /// hostname].
     #[arg(long)]
@@ -183,8 +189,7 @@ enum BackendKind {
     Synthetic,
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = match config_file::args_with_config(std::env::args_os(), &serve_flags()) {
         Ok(args) => Cli::parse_from(args),
         Err(e) => {
@@ -192,6 +197,25 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    let threads = match &cli.command {
+        Command::Serve(args) => args.threads,
+        Command::Health(_) => Some(1),
+    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        runtime.worker_threads(n);
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("sut-node: error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    runtime.block_on(run(cli));
+}
+
+async fn run(cli: Cli) {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),

@@ -103,6 +103,12 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     connections_per_node: usize,
 
+    /// Threads of the QDL's network runtime. On a small LoadGen host, fewer
+    /// threads than cores leaves room for the LoadGen's issuing thread.
+    #[arg(long, default_value_t = 2, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    qdl_threads: usize,
+
     /// A sut-node with samples outstanding that sends nothing (no answer, no
     /// heartbeat) for this many seconds ends the run as INVALID.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
@@ -213,6 +219,7 @@ fn run(args: Args) -> Result<ExitCode> {
         tls: args.tls.client_tls()?,
         input_codec: Codec::from(qsl.input_codec().kind),
         max_answer_bytes: args.max_answer_bytes,
+        io_threads: args.qdl_threads,
         ..QdlConfig::default()
     };
     if args.tls.tls_insecure {
