@@ -156,6 +156,10 @@ pub struct QdlConfig {
     /// A node with samples outstanding that sends nothing (no answer, no
     /// heartbeat) for this long aborts the run.
     pub stall_timeout: Duration,
+    /// A node with samples outstanding that sends only heartbeats (no
+    /// answer, first token or error) for this long aborts the run: its
+    /// backend is hung. `None`: wait for ever.
+    pub progress_timeout: Option<Duration>,
     /// Bound on each step of opening a connection, and on the Name RPC.
     pub connect_timeout: Duration,
     /// Largest answer (or first token) accepted, once decoded: a compressed
@@ -180,6 +184,7 @@ impl Default for QdlConfig {
             scenario: String::new(),
             input_codec: Codec::None,
             stall_timeout: Duration::from_secs(10),
+            progress_timeout: Some(Duration::from_secs(120)),
             connect_timeout: Duration::from_secs(10),
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             tls: None,
@@ -211,8 +216,13 @@ impl QdlConfig {
         if self.connections_per_node == 0 {
             return bad("connections_per_node must be at least 1".into());
         }
-        if self.stall_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return bad("stall_timeout and connect_timeout must be positive".into());
+        if self.stall_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.progress_timeout.is_some_and(|p| p.is_zero())
+        {
+            return bad(
+                "stall_timeout, connect_timeout and progress_timeout must be positive".into(),
+            );
         }
         if self.max_answer_bytes == 0 {
             return bad("max_answer_bytes must be at least 1".into());

@@ -225,6 +225,14 @@ impl Conn {
         self.received.messages.load(Ordering::Relaxed)
     }
 
+    /// Answers, first tokens and errors received: what heartbeats are not.
+    fn progress(&self) -> u64 {
+        let r = &self.received;
+        r.answers.load(Ordering::Relaxed)
+            + r.first_tokens.load(Ordering::Relaxed)
+            + r.errors.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn counters(&self) -> Counters {
         let r = &self.received;
         Counters {
@@ -406,35 +414,64 @@ fn never_sent(what: &str, id: u64) -> String {
     format!("{what} for response id {id}, which is not outstanding on this connection (never sent, or already answered)")
 }
 
-/// Aborts the run when the connection has samples outstanding and nothing
-/// (no answer, no heartbeat) arrived for `stall`. Checks every tenth of
-/// `stall`, so it fires between `stall` and `1.2 * stall` after the silence
-/// began, never earlier.
-pub(crate) async fn watchdog(conn: Arc<Conn>, run: Arc<RunState>, stall: Duration) {
-    let tick = (stall / 10).max(Duration::from_millis(1));
+/// How long a connection with samples outstanding may go without news.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// Nothing at all received, heartbeats included: the node or the path
+    /// to it is gone.
+    pub(crate) stall: Duration,
+    /// Heartbeats only, no answer, first token or error: the node is up but
+    /// its backend is stuck. `None`: no such deadline.
+    pub(crate) progress: Option<Duration>,
+}
+
+/// Aborts the run when the connection has samples outstanding and either
+/// nothing arrived for `stall`, or only heartbeats for `progress`. Checks
+/// every tenth of the shorter, so it fires at most 20% after the deadline,
+/// never before.
+pub(crate) async fn watchdog(conn: Arc<Conn>, run: Arc<RunState>, deadlines: Deadlines) {
+    let Deadlines { stall, progress } = deadlines;
+    let shortest = progress.map_or(stall, |p| p.min(stall));
+    let tick = (shortest / 10).max(Duration::from_millis(1));
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut seen = conn.messages();
+    let mut seen = (conn.messages(), conn.progress());
     let mut quiet_since: Option<Instant> = None;
+    let mut idle_since: Option<Instant> = None;
     loop {
         interval.tick().await;
         if run.closing() || run.failed() {
             return;
         }
-        let messages = conn.messages();
+        let now = (conn.messages(), conn.progress());
         let outstanding = conn.outstanding();
-        if messages != seen || outstanding == 0 {
-            seen = messages;
-            quiet_since = None;
+        if outstanding == 0 {
+            (seen, quiet_since, idle_since) = (now, None, None);
             continue;
         }
-        let since = *quiet_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= stall {
+        if now.0 != seen.0 {
+            quiet_since = None;
+        }
+        if now.1 != seen.1 {
+            idle_since = None;
+        }
+        seen = now;
+        let plural = if outstanding == 1 { "" } else { "s" };
+        let quiet = *quiet_since.get_or_insert_with(Instant::now);
+        if quiet.elapsed() >= stall {
             run.fail(format!(
                 "{}: stalled: nothing received (no answer, no heartbeat) for {stall:?} \
-                 with {outstanding} sample{} outstanding",
-                conn.label,
-                if outstanding == 1 { "" } else { "s" }
+                 with {outstanding} sample{plural} outstanding",
+                conn.label
+            ));
+            return;
+        }
+        let idle = *idle_since.get_or_insert_with(Instant::now);
+        if let Some(progress) = progress.filter(|p| idle.elapsed() >= *p) {
+            run.fail(format!(
+                "{}: no progress: heartbeats but no answer, first token or error for \
+                 {progress:?} with {outstanding} sample{plural} outstanding (is its backend hung?)",
+                conn.label
             ));
             return;
         }

@@ -249,7 +249,10 @@ impl Qdl {
             runtime.spawn(conn::watchdog(
                 conn.clone(),
                 run.clone(),
-                config.stall_timeout,
+                conn::Deadlines {
+                    stall: config.stall_timeout,
+                    progress: config.progress_timeout,
+                },
             ));
             conns.push(conn);
             queues.push(o.queue);

@@ -55,8 +55,10 @@ fn run(
     mode: &str,
     sets: &[&str],
     out: &std::path::Path,
+    extra: &[&str],
 ) -> std::process::Output {
     let mut args = vec!["--sut", sut, "--scenario", scenario, "--mode", mode];
+    args.extend_from_slice(extra);
     args.extend_from_slice(DATA);
     for s in sets {
         args.extend_from_slice(&["--set", s]);
@@ -75,7 +77,7 @@ fn every_scenario_performance_and_accuracy_over_three_nodes() {
     let sut = sut_list(&nodes);
     for (scenario, sets) in scenarios() {
         let out = scratch(&format!("perf-{scenario}"));
-        let o = run(&sut, scenario, "PerformanceOnly", &sets, &out);
+        let o = run(&sut, scenario, "PerformanceOnly", &sets, &out, &[]);
         assert!(o.status.success(), "{scenario}: {}", text(&o.stderr));
         let summary = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap();
         assert!(
@@ -100,7 +102,7 @@ fn every_scenario_performance_and_accuracy_over_three_nodes() {
         }
 
         let out = scratch(&format!("acc-{scenario}"));
-        let o = run(&sut, scenario, "AccuracyOnly", &sets, &out);
+        let o = run(&sut, scenario, "AccuracyOnly", &sets, &out, &[]);
         assert!(o.status.success(), "{scenario}: {}", text(&o.stderr));
         assert!(
             text(&o.stdout).contains("logged answers match their samples"),
@@ -120,6 +122,7 @@ fn duplicate_node_names_are_refused() {
         "PerformanceOnly",
         &["target_qps=100"],
         &out,
+        &[],
     );
     assert!(!o.status.success());
     let err = text(&o.stderr);
@@ -160,4 +163,49 @@ fn a_stalled_node_ends_the_run_after_the_node_timeout() {
         // SAFETY: signalling our own child process.
         unsafe { libc::kill(n.pid(), libc::SIGSTOP) };
     });
+}
+
+#[test]
+fn a_node_whose_backend_hangs_ends_the_run_after_the_progress_timeout() {
+    // Heartbeats keep flowing (the node is up), but its backend takes ten
+    // minutes per batch.
+    let healthy = SutNode::start("hang-1", &[]);
+    let hung = SutNode::start(
+        "hang-2",
+        &["--service-time", "fixed:600000000", "--heartbeat-ms", "100"],
+    );
+    let out = scratch("hung-backend");
+    let nodes = [healthy, hung];
+    let sut = sut_list(&nodes);
+    let started = std::time::Instant::now();
+    let o = run(
+        &sut,
+        "Server",
+        "PerformanceOnly",
+        &[
+            "target_qps=1000",
+            "min_duration=60000",
+            "min_query_count=100",
+        ],
+        &out,
+        &["--node-timeout", "1", "--progress-timeout", "1"],
+    );
+    let took = started.elapsed();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("hang-2") && err.contains("no progress"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("stalled"),
+        "heartbeats are not a stall: {err}"
+    );
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    assert_eq!(
+        detail_value(&out, "result_validity")
+            .as_ref()
+            .and_then(|v| v.as_str()),
+        Some("INVALID")
+    );
 }

@@ -114,6 +114,12 @@ struct Args {
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     node_timeout: f64,
 
+    /// A sut-node with samples outstanding that sends only heartbeats (no
+    /// answer, first token or error) for this many seconds ends the run as
+    /// INVALID: its backend is hung. 0: wait for ever.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    progress_timeout: f64,
+
     /// After an accuracy run against `synthetic` sut-nodes, check that every
     /// logged answer is the one for the sample issued under that id.
     #[arg(long)]
@@ -216,6 +222,13 @@ fn run(args: Args) -> Result<ExitCode> {
             .ok()
             .filter(|t| !t.is_zero())
             .context("--node-timeout must be a positive number of seconds")?,
+        progress_timeout: match args.progress_timeout {
+            0.0 => None,
+            secs => Some(
+                Duration::try_from_secs_f64(secs)
+                    .context("--progress-timeout must be a number of seconds, 0 or more")?,
+            ),
+        },
         tls: args.tls.client_tls()?,
         input_codec: Codec::from(qsl.input_codec().kind),
         max_answer_bytes: args.max_answer_bytes,
