@@ -431,19 +431,27 @@ async fn generate(
     let mut sse = SseParser::default();
     let mut acc = Accumulator::new(answer);
     let mut sent_first = false;
-    loop {
-        let frame = match body.frame().await {
-            None => break,
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => return Err(format!("upstream stream broken: {}", chain(&e))),
+    let mut done = false;
+    // Read to the body's end, even past [DONE]: only a fully read response
+    // gives its connection back to the pool. Some servers end the stream
+    // without [DONE].
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(_) if done => break,
+            Err(e) => return Err(format!("upstream stream broken: {}", chain(&e))),
         };
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        if done {
+            continue;
+        }
         sse.push(&data);
         while let Some(event) = sse.next_event() {
             if event == "[DONE]" {
-                return acc.finish(index, tx, sent_first);
+                done = true;
+                break;
             }
             let piece = acc.chunk(&event)?;
             if !sent_first && !piece.is_empty() {
@@ -452,7 +460,6 @@ async fn generate(
             }
         }
     }
-    // Some servers just close the stream instead of sending [DONE].
     acc.finish(index, tx, sent_first)
 }
 
