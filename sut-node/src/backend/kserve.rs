@@ -647,7 +647,7 @@ fn parse_shape(s: &str) -> Result<Vec<i64>, String> {
 /// The shape of a sample of `len` bytes: the variable dimension worked out,
 /// the size checked.
 fn resolve_shape(shape: &[i64], len: usize, element: usize) -> Result<Vec<i64>, String> {
-    if len % element != 0 {
+    if !len.is_multiple_of(element) {
         return Err(format!(
             "the sample's {len} bytes are not a whole number of {element}-byte elements"
         ));

@@ -397,7 +397,7 @@ impl Backend for Openai {
 
 /// int32 little-endian token ids.
 fn token_ids(sample: &[u8]) -> Result<Vec<i32>, String> {
-    if sample.is_empty() || sample.len() % 4 != 0 {
+    if sample.is_empty() || !sample.len().is_multiple_of(4) {
         return Err(format!(
             "the prompt's {} bytes are not int32 token ids (use --openai-prompt text for text)",
             sample.len()

@@ -61,7 +61,10 @@ impl Upstream {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        panic!("the server was not ready within {limit:?}:\n{}", self.log_text());
+        panic!(
+            "the server was not ready within {limit:?}:\n{}",
+            self.log_text()
+        );
     }
 
     pub fn log_text(&self) -> String {
