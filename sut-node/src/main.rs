@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sut_node::backend::kserve::{Kserve, KserveArgs};
+use sut_node::backend::openai::{Openai, OpenaiArgs};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
@@ -181,12 +183,24 @@ struct ServeArgs {
         help_heading = "Synthetic backend"
     )]
     seed: u64,
+
+    #[command(flatten)]
+    kserve: KserveArgs,
+
+    #[command(flatten)]
+    openai: OpenaiArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum BackendKind {
     /// Emulated accelerator; see the synthetic backend options.
     Synthetic,
+    /// Forward to a KServe v2 / Triton server (gRPC); see --upstream,
+    /// --model-name and the KServe backend options.
+    Kserve,
+    /// Forward to an OpenAI-compatible server (/v1/completions, streamed);
+    /// see --upstream, --model-name and the OpenAI backend options.
+    Openai,
 }
 
 fn main() {
@@ -285,6 +299,16 @@ async fn serve(args: ServeArgs) -> Result<()> {
             llm_tokens: args.llm_tokens,
             seed: args.seed,
         })),
+        BackendKind::Kserve => Arc::new(Kserve::new(
+            args.upstream.clone(),
+            args.model_name.clone(),
+            args.kserve.clone(),
+        )?),
+        BackendKind::Openai => Arc::new(Openai::new(
+            args.upstream.clone(),
+            args.model_name.clone(),
+            args.openai.clone(),
+        )?),
     };
     let config = NodeConfig {
         name: name.clone(),

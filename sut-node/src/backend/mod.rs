@@ -7,6 +7,9 @@
 use bytes::Bytes;
 use thiserror::Error;
 
+mod forward;
+pub mod kserve;
+pub mod openai;
 pub mod synthetic;
 
 /// A sample's final answer.

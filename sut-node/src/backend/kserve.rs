@@ -1,0 +1,769 @@
+//! The `kserve` backend: forwards each sample to a KServe v2 / Triton server
+//! over its gRPC API (`inference.GRPCInferenceService`, see
+//! `proto/kserve_v2.proto`).
+//!
+//! Each sample becomes one `ModelInfer` request whose single input tensor is
+//! the sample's bytes (`raw_input_contents`, no copy); with `--kserve-stream`
+//! the batch's requests go over one `ModelStreamInfer` stream instead, for
+//! decoupled models. The answer is the chosen output tensor's bytes, little
+//! endian, as `raw_output_contents` carries them (typed contents are converted
+//! to the same bytes).
+//!
+//! `Backend::infer` runs on the batcher's worker thread; the requests of a
+//! batch are all in flight at once on the backend's own tokio runtime, so
+//! `--max-batch-size` is the number of concurrent requests to the upstream.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use thiserror::Error;
+use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
+
+use super::forward::{run_batch, Runtime};
+use super::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+
+/// Code generated from `proto/kserve_v2.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("inference");
+}
+
+use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use pb::{InferTensorContents, ModelInferRequest, ModelInferResponse};
+
+type Client = GrpcInferenceServiceClient<Channel>;
+
+/// What a batch's stream delivers.
+enum Event {
+    Message(pb::ModelStreamInferResponse),
+    /// The stream failed: every open sample fails with this.
+    Failed(String),
+}
+
+/// Options of the kserve backend (with the shared `--upstream` and
+/// `--model-name`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct KserveArgs {
+    /// Name of the model's input tensor [default: the only input in the
+    /// model's metadata].
+    #[arg(long, value_name = "NAME", help_heading = "KServe backend")]
+    pub kserve_input_name: Option<String>,
+
+    /// Datatype of the input tensor (KServe names: FP32, INT64, UINT8,
+    /// BYTES, ...) [default: from the model's metadata].
+    #[arg(long, value_name = "TYPE", help_heading = "KServe backend")]
+    pub kserve_input_datatype: Option<String>,
+
+    /// Shape of one sample's input tensor, comma-separated, e.g.
+    /// 1,3,224,224; at most one -1, worked out from the sample's size
+    /// [default: from the model's metadata, a leading -1 read as 1].
+    #[arg(
+        long,
+        value_name = "DIMS",
+        allow_hyphen_values = true,
+        help_heading = "KServe backend"
+    )]
+    pub kserve_input_shape: Option<String>,
+
+    /// Output tensor whose bytes are the answer [default: the first output
+    /// of the response].
+    #[arg(long, value_name = "NAME", help_heading = "KServe backend")]
+    pub kserve_output_name: Option<String>,
+
+    /// Version of the model to ask for [default: the server's choice].
+    #[arg(
+        long,
+        value_name = "VERSION",
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "KServe backend"
+    )]
+    pub kserve_model_version: String,
+
+    /// Send the requests over ModelStreamInfer (for decoupled models, e.g.
+    /// LLMs on Triton) instead of ModelInfer.
+    #[arg(long, help_heading = "KServe backend")]
+    pub kserve_stream: bool,
+
+    /// Seconds a request may take before its sample fails.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 60.0,
+        help_heading = "KServe backend"
+    )]
+    pub kserve_timeout: f64,
+}
+
+#[derive(Debug, Error)]
+pub enum KserveConfigError {
+    #[error(
+        "--backend kserve needs --upstream URL (the server's gRPC endpoint, e.g. http://host:8001)"
+    )]
+    NoUpstream,
+    #[error("--backend kserve needs --model-name NAME (the model's name on the server)")]
+    NoModelName,
+    #[error("--upstream {0:?}: {1}")]
+    BadUpstream(String, String),
+    #[error("--kserve-input-shape {0:?}: {1}")]
+    BadShape(String, String),
+    #[error("--kserve-timeout must be a positive number of seconds")]
+    BadTimeout,
+    #[error("starting the kserve client runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// The input tensor every request carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InputSpec {
+    name: String,
+    datatype: String,
+    /// -1: worked out from each sample's size.
+    shape: Vec<i64>,
+}
+
+pub struct Kserve {
+    runtime: Runtime,
+    client: Client,
+    upstream: String,
+    model: String,
+    args: KserveArgs,
+    timeout: Duration,
+    shape_override: Option<Vec<i64>>,
+    /// Set by `warm_up`.
+    input: OnceLock<InputSpec>,
+    /// Numbers the requests of streams, whose answers come back by id.
+    next_id: Mutex<u64>,
+}
+
+impl Kserve {
+    pub fn new(
+        upstream: Option<String>,
+        model_name: Option<String>,
+        args: KserveArgs,
+    ) -> Result<Self, KserveConfigError> {
+        let upstream = upstream.ok_or(KserveConfigError::NoUpstream)?;
+        let model = model_name.ok_or(KserveConfigError::NoModelName)?;
+        let shape_override = args
+            .kserve_input_shape
+            .as_deref()
+            .map(|s| parse_shape(s).map_err(|e| KserveConfigError::BadShape(s.to_string(), e)))
+            .transpose()?;
+        if !(args.kserve_timeout.is_finite() && args.kserve_timeout > 0.0) {
+            return Err(KserveConfigError::BadTimeout);
+        }
+        let timeout = Duration::from_secs_f64(args.kserve_timeout);
+        let runtime = Runtime::new("kserve").map_err(KserveConfigError::Runtime)?;
+        // Plain host:port means no TLS.
+        let url = if upstream.contains("://") {
+            upstream.clone()
+        } else {
+            format!("http://{upstream}")
+        };
+        let bad = |e: &dyn std::fmt::Display| {
+            KserveConfigError::BadUpstream(upstream.clone(), e.to_string())
+        };
+        let endpoint = Endpoint::from_shared(url)
+            .map_err(|e| bad(&e))?
+            .connect_timeout(Duration::from_secs(10))
+            // Keeps the HTTP/2 connection warm through idle stretches and
+            // finds a dead upstream before a sample does.
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        let endpoint = if endpoint.uri().scheme_str() == Some("https") {
+            endpoint
+                .tls_config(tonic::transport::ClientTlsConfig::new().with_enabled_roots())
+                .map_err(|e| bad(&e))?
+        } else {
+            endpoint
+        };
+        // The channel connects on first use (in `warm_up`) and reconnects by
+        // itself after a lost connection.
+        let channel = {
+            let _in_runtime = runtime.enter();
+            endpoint.connect_lazy()
+        };
+        let client = GrpcInferenceServiceClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        Ok(Self {
+            runtime,
+            client,
+            upstream,
+            model,
+            args,
+            timeout,
+            shape_override,
+            input: OnceLock::new(),
+            next_id: Mutex::new(0),
+        })
+    }
+
+    async fn check_upstream(&self) -> Result<InputSpec, BackendError> {
+        let mut client = self.client.clone();
+        let (up, model) = (&self.upstream, &self.model);
+        let version = self.args.kserve_model_version.clone();
+        let ready = client
+            .server_ready(pb::ServerReadyRequest {})
+            .await
+            .map_err(|s| {
+                BackendError(format!(
+                    "kserve upstream {up} is unreachable: {}",
+                    status_text(&s)
+                ))
+            })?
+            .into_inner();
+        if !ready.ready {
+            return Err(BackendError(format!("kserve upstream {up} is not ready")));
+        }
+        let ready = client
+            .model_ready(pb::ModelReadyRequest {
+                name: model.clone(),
+                version: version.clone(),
+            })
+            .await
+            .map_err(|s| {
+                BackendError(format!(
+                    "kserve upstream {up}: model {model:?}: {}",
+                    status_text(&s)
+                ))
+            })?
+            .into_inner();
+        if !ready.ready {
+            return Err(BackendError(format!(
+                "kserve upstream {up}: model {model:?} is not ready"
+            )));
+        }
+        let meta = client
+            .model_metadata(pb::ModelMetadataRequest {
+                name: model.clone(),
+                version,
+            })
+            .await
+            .map_err(|s| {
+                BackendError(format!(
+                    "kserve upstream {up}: metadata of model {model:?}: {}",
+                    status_text(&s)
+                ))
+            })?
+            .into_inner();
+        self.input_spec(&meta)
+            .map_err(|e| BackendError(format!("kserve upstream {up}: model {model:?}: {e}")))
+    }
+
+    /// The input tensor: the flags, or else the model's metadata.
+    fn input_spec(&self, meta: &pb::ModelMetadataResponse) -> Result<InputSpec, String> {
+        let a = &self.args;
+        let from_meta = match &a.kserve_input_name {
+            Some(name) => meta.inputs.iter().find(|t| &t.name == name),
+            None if meta.inputs.len() == 1 => meta.inputs.first(),
+            None => None,
+        };
+        let name = match (&a.kserve_input_name, from_meta) {
+            (Some(name), _) => name.clone(),
+            (None, Some(t)) => t.name.clone(),
+            (None, None) => {
+                let names: Vec<&str> = meta.inputs.iter().map(|t| t.name.as_str()).collect();
+                return Err(format!(
+                    "its metadata lists inputs {names:?}; the forwarder sends one: name it with \
+                     --kserve-input-name (and give --kserve-input-datatype and \
+                     --kserve-input-shape if the metadata lacks it)"
+                ));
+            }
+        };
+        let datatype = match (&a.kserve_input_datatype, from_meta) {
+            (Some(d), _) => d.to_ascii_uppercase(),
+            (None, Some(t)) if !t.datatype.is_empty() => t.datatype.clone(),
+            _ => {
+                return Err(format!(
+                    "no datatype for input {name:?}: give --kserve-input-datatype"
+                ))
+            }
+        };
+        if datatype != "BYTES" && element_size(&datatype).is_none() {
+            return Err(format!("input {name:?}: unknown datatype {datatype:?}"));
+        }
+        let shape = match (&self.shape_override, from_meta) {
+            (Some(s), _) => s.clone(),
+            (None, Some(t)) if !t.shape.is_empty() => {
+                let mut s = t.shape.clone();
+                // A leading -1 is the batch dimension: one sample a request.
+                if s.len() > 1 && s[0] == -1 {
+                    s[0] = 1;
+                }
+                if s.iter().filter(|d| **d < 0).count() > 1 {
+                    return Err(format!(
+                        "input {name:?} has shape {:?} with several variable dimensions: \
+                         give --kserve-input-shape",
+                        t.shape
+                    ));
+                }
+                s
+            }
+            _ => {
+                return Err(format!(
+                    "no shape for input {name:?}: give --kserve-input-shape"
+                ))
+            }
+        };
+        Ok(InputSpec {
+            name,
+            datatype,
+            shape,
+        })
+    }
+
+    fn request(
+        &self,
+        input: &InputSpec,
+        sample: &Bytes,
+        id: String,
+    ) -> Result<ModelInferRequest, String> {
+        let (shape, raw) = if input.datatype == "BYTES" {
+            // One element: the sample, with the 4-byte length prefix of the
+            // raw BYTES encoding.
+            let len = u32::try_from(sample.len())
+                .map_err(|_| "sample too large for BYTES".to_string())?;
+            let mut raw = BytesMut::with_capacity(4 + sample.len());
+            raw.put_u32_le(len);
+            raw.extend_from_slice(sample);
+            let shape = if input.shape.is_empty() {
+                vec![1]
+            } else {
+                input
+                    .shape
+                    .iter()
+                    .map(|d| if *d < 0 { 1 } else { *d })
+                    .collect()
+            };
+            (shape, raw.freeze())
+        } else {
+            let size = element_size(&input.datatype).unwrap_or(1);
+            (
+                resolve_shape(&input.shape, sample.len(), size)?,
+                sample.clone(),
+            )
+        };
+        let outputs = self
+            .args
+            .kserve_output_name
+            .iter()
+            .map(|name| InferRequestedOutputTensor {
+                name: name.clone(),
+                parameters: HashMap::new(),
+            })
+            .collect();
+        Ok(ModelInferRequest {
+            model_name: self.model.clone(),
+            model_version: self.args.kserve_model_version.clone(),
+            id,
+            parameters: HashMap::new(),
+            inputs: vec![InferInputTensor {
+                name: input.name.clone(),
+                datatype: input.datatype.clone(),
+                shape,
+                parameters: HashMap::new(),
+                contents: None,
+            }],
+            outputs,
+            raw_input_contents: vec![raw],
+        })
+    }
+
+    fn answer_of(&self, response: &ModelInferResponse) -> Result<Bytes, String> {
+        output_bytes(response, self.args.kserve_output_name.as_deref())
+    }
+
+    fn ids(&self, n: usize) -> u64 {
+        let mut next = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = *next;
+        *next = next.wrapping_add(n as u64);
+        first
+    }
+
+    fn infer_unary(&self, input: &InputSpec, inputs: &[Bytes]) -> Vec<Output> {
+        let requests: Vec<Result<ModelInferRequest, String>> = inputs
+            .iter()
+            .map(|s| self.request(input, s, String::new()))
+            .collect();
+        let timeout = self.timeout;
+        let client = self.client.clone();
+        let tasks = requests.into_iter().map(|request| {
+            let mut client = client.clone();
+            async move {
+                let request = request?;
+                match tokio::time::timeout(timeout, client.model_infer(request)).await {
+                    Ok(Ok(response)) => Ok(response.into_inner()),
+                    Ok(Err(status)) => Err(upstream_error(&status)),
+                    Err(_) => Err(format!("no answer from the upstream within {timeout:?}")),
+                }
+            }
+        });
+        let responses = self.runtime.all(tasks);
+        responses
+            .into_iter()
+            .map(|r| {
+                let response = r?;
+                Ok(Answer {
+                    payload: self.answer_of(&response)?,
+                    n_tokens: 0,
+                })
+            })
+            .collect()
+    }
+
+    /// One `ModelStreamInfer` stream per batch, all its requests sent at
+    /// once. A request's responses are gathered until the server marks one
+    /// final (Triton's `triton_final_response`), or, from servers that do not
+    /// mark them, until the first; the first response is the sample's first
+    /// token, the answer is all its responses' outputs end to end, and
+    /// `n_tokens` is the number of responses.
+    fn infer_stream(
+        &self,
+        input: &InputSpec,
+        inputs: &[Bytes],
+        first_tokens: &mut dyn FirstTokenSink,
+    ) -> Result<Vec<Output>, BackendError> {
+        let base = self.ids(inputs.len());
+        let mut outputs: Vec<Option<Output>> = vec![None; inputs.len()];
+        let mut requests = Vec::with_capacity(inputs.len());
+        let mut by_id = HashMap::with_capacity(inputs.len());
+        for (i, sample) in inputs.iter().enumerate() {
+            let id = base.wrapping_add(i as u64).to_string();
+            match self.request(input, sample, id.clone()) {
+                Ok(r) => {
+                    requests.push(r);
+                    by_id.insert(id, i);
+                }
+                Err(e) => outputs[i] = Some(Err(e)),
+            }
+        }
+        let mut client = self.client.clone();
+        let timeout = self.timeout;
+        let stream_task = async move {
+            let (tx, rx) = mpsc::unbounded_channel();
+            if requests.is_empty() {
+                return rx;
+            }
+            let call = async move {
+                let response = client
+                    .model_stream_infer(tokio_stream::iter(requests))
+                    .await;
+                let mut stream = match response {
+                    Ok(r) => r.into_inner(),
+                    Err(status) => {
+                        let _ = tx.send(Event::Failed(upstream_error(&status)));
+                        return;
+                    }
+                };
+                loop {
+                    match stream.message().await {
+                        Ok(Some(m)) => {
+                            if tx.send(Event::Message(m)).is_err() {
+                                return;
+                            }
+                        }
+                        Ok(None) => return,
+                        Err(status) => {
+                            let _ = tx.send(Event::Failed(upstream_error(&status)));
+                            return;
+                        }
+                    }
+                }
+            };
+            tokio::spawn(async move {
+                if tokio::time::timeout(timeout, call).await.is_err() {
+                    // The channel closes: the samples still open time out.
+                }
+            });
+            rx
+        };
+        let mut partial: Vec<(BytesMut, i64)> = vec![(BytesMut::new(), 0); inputs.len()];
+        let mut open = by_id.len();
+        run_batch(&self.runtime, stream_task, |event| {
+            match event {
+                Event::Message(m) => {
+                    let response = m.infer_response.unwrap_or_default();
+                    let Some(&i) = by_id.get(&response.id) else {
+                        if !m.error_message.is_empty() && response.id.is_empty() {
+                            // An error the server could not tie to a request:
+                            // every open sample fails with it.
+                            for (slot, i) in outputs.iter_mut().zip(0..) {
+                                if slot.is_none() && by_id.values().any(|v| *v == i) {
+                                    *slot = Some(Err(format!("upstream: {}", m.error_message)));
+                                }
+                            }
+                            open = 0;
+                        }
+                        return open > 0;
+                    };
+                    if outputs[i].is_some() {
+                        return open > 0;
+                    }
+                    if !m.error_message.is_empty() {
+                        outputs[i] = Some(Err(format!("upstream: {}", m.error_message)));
+                        open -= 1;
+                        return open > 0;
+                    }
+                    let final_flag = match response.parameters.get("triton_final_response") {
+                        Some(pb::InferParameter {
+                            parameter_choice:
+                                Some(pb::infer_parameter::ParameterChoice::BoolParam(b)),
+                        }) => *b,
+                        _ => true,
+                    };
+                    if !response.outputs.is_empty() || !response.raw_output_contents.is_empty() {
+                        match self.answer_of(&response) {
+                            Ok(bytes) => {
+                                let (buf, n) = &mut partial[i];
+                                if *n == 0 {
+                                    first_tokens.first_token(i, bytes.clone());
+                                }
+                                buf.extend_from_slice(&bytes);
+                                *n += 1;
+                            }
+                            Err(e) => {
+                                outputs[i] = Some(Err(e));
+                                open -= 1;
+                                return open > 0;
+                            }
+                        }
+                    }
+                    if final_flag {
+                        let (buf, n) = std::mem::take(&mut partial[i]);
+                        outputs[i] = Some(if n == 0 {
+                            Err("the upstream's final response has no output".to_string())
+                        } else {
+                            Ok(Answer {
+                                payload: buf.freeze(),
+                                n_tokens: n,
+                            })
+                        });
+                        open -= 1;
+                    }
+                    open > 0
+                }
+                Event::Failed(e) => {
+                    for slot in outputs.iter_mut().filter(|s| s.is_none()) {
+                        *slot = Some(Err(e.clone()));
+                    }
+                    open = 0;
+                    false
+                }
+            }
+        });
+        Ok(outputs
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(format!(
+                        "the upstream's stream ended without an answer (or not within {timeout:?})"
+                    ))
+                })
+            })
+            .collect())
+    }
+}
+
+impl Backend for Kserve {
+    fn name(&self) -> &str {
+        "kserve"
+    }
+
+    fn warm_up(&self) -> Result<(), BackendError> {
+        let input = self.runtime.block_on(self.check_upstream())?;
+        tracing::info!(
+            upstream = %self.upstream,
+            model = %self.model,
+            input = %input.name,
+            datatype = %input.datatype,
+            shape = ?input.shape,
+            stream = self.args.kserve_stream,
+            "kserve upstream ready"
+        );
+        // One request of zeros when the shape is fixed: opens the connection
+        // and lets the server load what it loads lazily.
+        let fixed = input.datatype != "BYTES" && input.shape.iter().all(|d| *d >= 0);
+        let input = self.input.get_or_init(|| input);
+        if fixed {
+            let elements: i64 = input.shape.iter().product();
+            let size = element_size(&input.datatype).unwrap_or(1);
+            let zeros = Bytes::from(vec![0u8; (elements.max(0) as usize).saturating_mul(size)]);
+            struct Ignore;
+            impl FirstTokenSink for Ignore {
+                fn first_token(&mut self, _: usize, _: Bytes) {}
+            }
+            let out = self.infer(&[zeros], BatchInfo::default(), &mut Ignore)?;
+            if let Some(Err(e)) = out.first() {
+                return Err(BackendError(format!(
+                    "kserve upstream {}: warm-up request to model {:?} failed: {e}",
+                    self.upstream, self.model
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn infer(
+        &self,
+        inputs: &[Bytes],
+        _info: BatchInfo,
+        first_tokens: &mut dyn FirstTokenSink,
+    ) -> Result<Vec<Output>, BackendError> {
+        let Some(input) = self.input.get() else {
+            return Err(BackendError("kserve backend used before warm-up".into()));
+        };
+        if self.args.kserve_stream {
+            self.infer_stream(input, inputs, first_tokens)
+        } else {
+            Ok(self.infer_unary(input, inputs))
+        }
+    }
+}
+
+/// `1,3,224,224` → [1, 3, 224, 224]; -1 marks the one variable dimension.
+fn parse_shape(s: &str) -> Result<Vec<i64>, String> {
+    let dims = s
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|d| *d >= -1)
+                .ok_or_else(|| format!("{d:?} is not a dimension (a whole number, or -1)"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if dims.iter().filter(|d| **d == -1).count() > 1 {
+        return Err("at most one dimension may be -1".into());
+    }
+    Ok(dims)
+}
+
+/// The shape of a sample of `len` bytes: the variable dimension worked out,
+/// the size checked.
+fn resolve_shape(shape: &[i64], len: usize, element: usize) -> Result<Vec<i64>, String> {
+    if !len.is_multiple_of(element) {
+        return Err(format!(
+            "the sample's {len} bytes are not a whole number of {element}-byte elements"
+        ));
+    }
+    let elements = (len / element) as i64;
+    let known: i64 = shape.iter().filter(|d| **d >= 0).product();
+    let mut out = shape.to_vec();
+    match out.iter_mut().find(|d| **d < 0) {
+        Some(d) if known > 0 && elements % known == 0 => *d = elements / known,
+        Some(_) => {
+            return Err(format!(
+                "the sample's {elements} elements do not fit the input shape {shape:?}"
+            ))
+        }
+        None if known == elements => {}
+        None => {
+            return Err(format!(
+                "the sample has {elements} elements, the input shape {shape:?} takes {known}"
+            ))
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes per element of a KServe datatype (None: BYTES or unknown).
+fn element_size(datatype: &str) -> Option<usize> {
+    Some(match datatype {
+        "BOOL" | "UINT8" | "INT8" => 1,
+        "UINT16" | "INT16" | "FP16" | "BF16" => 2,
+        "UINT32" | "INT32" | "FP32" => 4,
+        "UINT64" | "INT64" | "FP64" => 8,
+        _ => return None,
+    })
+}
+
+/// The bytes of the output named `name` (else the first): its raw contents,
+/// or its typed contents as the same little-endian bytes.
+fn output_bytes(response: &ModelInferResponse, name: Option<&str>) -> Result<Bytes, String> {
+    let index = match name {
+        Some(name) => response
+            .outputs
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = response.outputs.iter().map(|t| t.name.as_str()).collect();
+                format!("the upstream's response has no output {name:?} (it has {names:?})")
+            })?,
+        None if response.outputs.is_empty() && response.raw_output_contents.is_empty() => {
+            return Err("the upstream's response has no output".into())
+        }
+        None => 0,
+    };
+    if let Some(raw) = response.raw_output_contents.get(index) {
+        return Ok(raw.clone());
+    }
+    let tensor = response
+        .outputs
+        .get(index)
+        .ok_or("the upstream's response has no output")?;
+    let contents = tensor
+        .contents
+        .as_ref()
+        .ok_or_else(|| format!("output {:?} has no contents", tensor.name))?;
+    typed_to_bytes(&tensor.datatype, contents).map_err(|e| format!("output {:?}: {e}", tensor.name))
+}
+
+/// Typed tensor contents as raw little-endian bytes of `datatype`, the layout
+/// of `raw_output_contents` (BYTES elements with 4-byte length prefixes).
+fn typed_to_bytes(datatype: &str, c: &InferTensorContents) -> Result<Bytes, String> {
+    let mut out = BytesMut::new();
+    match datatype {
+        "BOOL" => c
+            .bool_contents
+            .iter()
+            .for_each(|v| out.put_u8(u8::from(*v))),
+        "INT8" => c.int_contents.iter().for_each(|v| out.put_i8(*v as i8)),
+        "INT16" => c
+            .int_contents
+            .iter()
+            .for_each(|v| out.put_i16_le(*v as i16)),
+        "INT32" => c.int_contents.iter().for_each(|v| out.put_i32_le(*v)),
+        "INT64" => c.int64_contents.iter().for_each(|v| out.put_i64_le(*v)),
+        "UINT8" => c.uint_contents.iter().for_each(|v| out.put_u8(*v as u8)),
+        "UINT16" => c
+            .uint_contents
+            .iter()
+            .for_each(|v| out.put_u16_le(*v as u16)),
+        "UINT32" => c.uint_contents.iter().for_each(|v| out.put_u32_le(*v)),
+        "UINT64" => c.uint64_contents.iter().for_each(|v| out.put_u64_le(*v)),
+        "FP32" => c.fp32_contents.iter().for_each(|v| out.put_f32_le(*v)),
+        "FP64" => c.fp64_contents.iter().for_each(|v| out.put_f64_le(*v)),
+        "BYTES" => {
+            for v in &c.bytes_contents {
+                let len = u32::try_from(v.len()).map_err(|_| "an element over 4 GiB")?;
+                out.put_u32_le(len);
+                out.extend_from_slice(v);
+            }
+        }
+        other => return Err(format!("datatype {other:?} has no typed contents")),
+    }
+    Ok(out.freeze())
+}
+
+fn status_text(s: &tonic::Status) -> String {
+    if s.message().is_empty() {
+        format!("{:?}", s.code())
+    } else {
+        format!("{:?}: {}", s.code(), s.message())
+    }
+}
+
+/// A failed request as the sample's error: the upstream's status and message.
+fn upstream_error(s: &tonic::Status) -> String {
+    format!("upstream {}", status_text(s))
+}
+
+#[cfg(test)]
+#[path = "kserve_tests.rs"]
+mod tests;

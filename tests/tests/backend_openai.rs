@@ -1,0 +1,209 @@
+//! The openai backend against a real OpenAI-compatible server: llama.cpp's
+//! (through llama-cpp-python) with SmolLM2. Needs
+//! `tests/backends/setup-openai.sh`; run by `tests/backends/run.sh`.
+
+mod upstream;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use e2e_tests::{binary, loadgen, scratch, text, SutNode};
+use upstream::{free_port, setup_var, Upstream};
+
+const SETUP: &str = "setup-openai.sh";
+const MODEL: &str = "smollm2";
+
+const PROMPTS: &[&str] = &[
+    "The capital of France is",
+    "Once upon a time, there was a",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+];
+
+fn llama_server(dir: &Path) -> (Upstream, u16) {
+    let port = free_port();
+    let mut cmd = Command::new(setup_var("MLPN_OPENAI_PYTHON", SETUP));
+    cmd.args(["-m", "llama_cpp.server", "--host", "127.0.0.1"])
+        .args(["--port", &port.to_string()])
+        .args(["--model", &setup_var("MLPN_OPENAI_GGUF", SETUP)])
+        .args(["--model_alias", MODEL, "--n_ctx", "1024"])
+        // By default a new request cuts the streaming one short; the node
+        // sends a batch's requests at once.
+        .args(["--interrupt_requests", "false"]);
+    let mut server = Upstream::start(cmd, &dir.join("llama-server.log"));
+    server.wait_ready(port, "/v1/models", Duration::from_secs(120));
+    (server, port)
+}
+
+/// The prompts as UTF-8 bytes, one .npy each (llama-cpp-python's server
+/// takes text prompts only, so the node runs with `--openai-prompt text`).
+fn text_dataset(dir: &Path) -> String {
+    let data = dir.join("prompts");
+    std::fs::create_dir_all(&data).expect("data dir");
+    for (i, p) in PROMPTS.iter().enumerate() {
+        let npy = loadgen_node::npy::encode("|u1", &[p.len()], p.as_bytes());
+        std::fs::write(data.join(format!("{i:04}.npy")), npy).expect("write sample");
+    }
+    data.to_str().expect("utf-8 path").to_string()
+}
+
+fn summary(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("mlperf_log_summary.txt")).unwrap_or_default()
+}
+
+fn run(node: &SutNode, data: &str, scenario: &str, mode: &str, sets: &[&str], out: &Path) {
+    let mut args = vec![
+        "--sut",
+        &node.addr,
+        "--model",
+        "llama2-70b",
+        "--scenario",
+        scenario,
+        "--mode",
+        mode,
+        "--dataset",
+        data,
+        "--output-dir",
+        out.to_str().expect("utf-8 path"),
+    ];
+    for s in sets {
+        args.extend_from_slice(&["--set", s]);
+    }
+    let run = loadgen(&args);
+    // An INVALID performance result is fine here (too few samples); a
+    // failed run is not.
+    assert!(
+        out.join("mlperf_log_summary.txt").exists() || run.status.success(),
+        "loadgen-node {scenario} {mode} failed:\n{}\n{}",
+        text(&run.stdout),
+        text(&run.stderr)
+    );
+}
+
+#[test]
+#[ignore = "needs tests/backends/setup-openai.sh; run by tests/backends/run.sh"]
+fn llm_runs_through_llama_cpp_server() {
+    let dir = scratch("openai-llama");
+    let (server, port) = llama_server(&dir);
+    let upstream = format!("http://127.0.0.1:{port}");
+    let node = SutNode::start(
+        "openai",
+        &[
+            "--backend",
+            "openai",
+            "--upstream",
+            &upstream,
+            "--model-name",
+            MODEL,
+            "--openai-prompt",
+            "text",
+            "--openai-max-tokens",
+            "12",
+            // LoadGen takes no one-token answers: keep SmolLM2's end tokens
+            // (<|endoftext|>, <|im_end|>) from ending a generation early.
+            "--openai-extra-body",
+            r#"{"logit_bias": {"0": -100, "2": -100}}"#,
+            "--max-batch-size",
+            "2",
+            "--no-quic",
+        ],
+    );
+    let data = text_dataset(&dir);
+
+    // Every answer is generated text.
+    let acc = dir.join("accuracy");
+    run(&node, &data, "Offline", "AccuracyOnly", &[], &acc);
+    let log: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(acc.join("mlperf_log_accuracy.json")).expect("accuracy log"),
+    )
+    .expect("accuracy log is JSON");
+    let entries = log.as_array().expect("entries");
+    assert_eq!(entries.len(), PROMPTS.len(), "{log}");
+    for e in entries {
+        let hex = e["data"].as_str().unwrap_or_default();
+        let bytes: Vec<u8> = (0..hex.len() / 2)
+            .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+            .collect();
+        let answer = String::from_utf8_lossy(&bytes);
+        eprintln!("sample {}: {answer:?}", e["qsl_idx"]);
+        assert!(!answer.trim().is_empty(), "empty answer: {e}");
+    }
+
+    for (scenario, sets) in [
+        (
+            "Offline",
+            vec!["min_duration=1000", "target_qps=4", "min_query_count=4"],
+        ),
+        (
+            "Server",
+            vec!["target_qps=0.5", "min_duration=4000", "min_query_count=3"],
+        ),
+    ] {
+        let out = dir.join(scenario);
+        run(&node, &data, scenario, "PerformanceOnly", &sets, &out);
+        let s = summary(&out);
+        // Offline reports throughput only; Server the token latencies too.
+        let keys: &[&str] = if scenario == "Offline" {
+            &["Tokens per second"]
+        } else {
+            &[
+                "Mean First Token latency (ns)",
+                "Mean Time per Output Token (ns)",
+            ]
+        };
+        assert!(!s.contains("invalid responses"), "{scenario}:\n{s}");
+        for key in keys {
+            let line = s
+                .lines()
+                .find(|l| l.starts_with(key))
+                .unwrap_or_else(|| panic!("{scenario}: no {key:?} in the summary:\n{s}"));
+            eprintln!("{scenario}: {line}");
+            let value: f64 = line
+                .rsplit(':')
+                .next()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0);
+            assert!(value > 0.0, "{scenario}: {line}");
+        }
+    }
+    drop(node);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs tests/backends/setup-openai.sh; run by tests/backends/run.sh"]
+fn a_refused_warm_up_request_stops_the_node_with_the_upstreams_message() {
+    let dir = scratch("openai-refused");
+    let (_server, port) = llama_server(&dir);
+    // This server takes no token-id prompts: the warm-up request shows it.
+    let run = Command::new(binary("sut-node"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-quic"])
+        .args(["--backend", "openai", "--model-name", MODEL])
+        .args(["--openai-prompt", "token-ids"])
+        .arg("--upstream")
+        .arg(format!("http://127.0.0.1:{port}"))
+        .output()
+        .expect("sut-node runs");
+    let err = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    // llama-cpp-python answers a prompt it cannot parse with a 500.
+    assert!(
+        err.contains("warm-up completion failed: upstream HTTP "),
+        "{err}"
+    );
+    assert!(err.contains("valid string"), "{err}");
+
+    // A model the server does not serve is named with the ones it does.
+    let run = Command::new(binary("sut-node"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-quic"])
+        .args(["--backend", "openai", "--model-name", "nope"])
+        .arg("--upstream")
+        .arg(format!("http://127.0.0.1:{port}"))
+        .output()
+        .expect("sut-node runs");
+    let err = text(&run.stderr);
+    assert!(err.contains("\"nope\"") && err.contains(MODEL), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

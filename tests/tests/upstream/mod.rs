@@ -1,0 +1,98 @@
+//! Real inference servers for the forwarding backends' tests: started as a
+//! process group, killed with it when dropped (also when a test fails).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An environment variable that the backend's setup script exports.
+pub fn setup_var(name: &str, script: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: `source tests/backends/{script}` first (tests/backends/run.sh does)")
+    })
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then let go).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+pub struct Upstream {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Upstream {
+    /// Starts `cmd` in its own process group, output to `log`.
+    pub fn start(mut cmd: Command, log: &Path) -> Upstream {
+        let out = std::fs::File::create(log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+        Upstream {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Waits until `GET path` on `port` answers 200; panics with the
+    /// server's log if it does not within `limit`, or if the server exits.
+    pub fn wait_ready(&mut self, port: u16, path: &str, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the server exited ({status}):\n{}", self.log_text());
+            }
+            if http_status(port, path) == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!(
+            "the server was not ready within {limit:?}:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // The whole group: servers start workers of their own.
+        let pgid = self.child.id() as i32;
+        // SAFETY: kill(2) on a process group this test created.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The status of `GET path` on 127.0.0.1:`port`, if it answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    conn.write_all(request.as_bytes()).ok()?;
+    let mut head = [0u8; 12];
+    conn.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
