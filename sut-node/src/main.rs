@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sut_node::backend::llm::{Llm, LlmArgs};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
@@ -175,12 +176,18 @@ struct ServeArgs {
         help_heading = "Synthetic backend"
     )]
     seed: u64,
+
+    #[command(flatten)]
+    llm: LlmArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum BackendKind {
     /// Emulated accelerator; see the synthetic backend options.
     Synthetic,
+    /// A Llama-family LLM run by candle (--model FILE.gguf or a safetensors
+    /// directory); see the LLM backend options.
+    Llm,
 }
 
 #[tokio::main]
@@ -261,6 +268,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
             llm_tokens: args.llm_tokens,
             seed: args.seed,
         })),
+        BackendKind::Llm => {
+            let model = args
+                .model
+                .as_deref()
+                .context("--backend llm needs --model")?;
+            Arc::new(Llm::new(model, args.llm.clone())?)
+        }
     };
     let config = NodeConfig {
         name: name.clone(),
