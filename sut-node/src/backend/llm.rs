@@ -193,7 +193,7 @@ pub fn parse_token_ids(input: &[u8], dtype: TokenDtype) -> Result<Vec<u32>, Stri
     if input.is_empty() {
         return Err("empty prompt: no token ids".to_string());
     }
-    if input.len() % width != 0 {
+    if !input.len().is_multiple_of(width) {
         return Err(format!(
             "input of {} bytes is not a whole number of {} token ids ({width} bytes each)",
             input.len(),
