@@ -954,6 +954,36 @@ mod tests {
     }
 
     #[test]
+    fn int64_ids_in_and_out_give_the_same_tokens() {
+        let dir = temp_dir("int64");
+        tiny_safetensors(&dir);
+        let ids = [1u32, 5, 9, 12];
+        let mut answers = Vec::new();
+        for dtype in [TokenDtype::Int32, TokenDtype::Int64] {
+            let args = LlmArgs {
+                max_new_tokens: 5,
+                llm_input_dtype: dtype,
+                llm_output_dtype: dtype,
+                ..LlmArgs::default()
+            };
+            let llm = Llm::new(&dir, args).unwrap();
+            let mut firsts = Firsts::default();
+            let out = llm
+                .infer(
+                    &[encode_token_ids(&ids, dtype)],
+                    BatchInfo::default(),
+                    &mut firsts,
+                )
+                .unwrap();
+            let answer = out[0].as_ref().unwrap();
+            assert_eq!(firsts.0[0].1.len(), dtype.width());
+            answers.push(parse_token_ids(&answer.payload, dtype).unwrap());
+        }
+        assert_eq!(answers[0], answers[1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn generation_stops_at_the_end_of_the_context() {
         let dir = temp_dir("context");
         tiny_safetensors(&dir);
