@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sut_node::backend::kserve::{Kserve, KserveArgs};
 use sut_node::backend::openai::{Openai, OpenaiArgs};
+use sut_node::backend::llm::{Llm, LlmArgs};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
@@ -189,6 +190,9 @@ struct ServeArgs {
 
     #[command(flatten)]
     openai: OpenaiArgs,
+
+    #[command(flatten)]
+    llm: LlmArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -201,6 +205,9 @@ enum BackendKind {
     /// Forward to an OpenAI-compatible server (/v1/completions, streamed);
     /// see --upstream, --model-name and the OpenAI backend options.
     Openai,
+    /// A Llama-family LLM run by candle (--model FILE.gguf or a safetensors
+    /// directory); see the LLM backend options.
+    Llm,
 }
 
 fn main() {
@@ -309,6 +316,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
             args.model_name.clone(),
             args.openai.clone(),
         )?),
+        BackendKind::Llm => {
+            let model = args
+                .model
+                .as_deref()
+                .context("--backend llm needs --model")?;
+            Arc::new(Llm::new(model, args.llm.clone())?)
+        }
     };
     let config = NodeConfig {
         name: name.clone(),

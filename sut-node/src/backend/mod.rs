@@ -10,6 +10,7 @@ use thiserror::Error;
 mod forward;
 pub mod kserve;
 pub mod openai;
+pub mod llm;
 pub mod synthetic;
 
 /// A sample's final answer.
