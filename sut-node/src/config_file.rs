@@ -96,7 +96,7 @@ pub fn options_from_file(path: &Path, known: &[String]) -> Result<Vec<OsString>,
     for (key, value) in &table {
         let flag = key.replace('_', "-");
         let line = line_of(&text, key);
-        if flag == "config" || !known.iter().any(|k| *k == flag) {
+        if flag == "config" || !known.contains(&flag) {
             return Err(ConfigError::UnknownKey {
                 path: path.to_path_buf(),
                 line,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sut_node::backend::onnx::{Onnx, OnnxArgs, OnnxConfig, OnnxError};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
@@ -175,12 +176,18 @@ struct ServeArgs {
         help_heading = "Synthetic backend"
     )]
     seed: u64,
+
+    #[command(flatten)]
+    onnx: OnnxArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum BackendKind {
     /// Emulated accelerator; see the synthetic backend options.
     Synthetic,
+    /// ONNX Runtime in process: --model FILE.onnx; see the ONNX backend
+    /// options.
+    Onnx,
 }
 
 #[tokio::main]
@@ -261,6 +268,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
             llm_tokens: args.llm_tokens,
             seed: args.seed,
         })),
+        BackendKind::Onnx => Arc::new(Onnx::load(OnnxConfig {
+            model: args.model.clone().ok_or(OnnxError::NoModel)?,
+            args: args.onnx.clone(),
+            max_batch_size: args.max_batch_size as usize,
+        })?),
     };
     let config = NodeConfig {
         name: name.clone(),

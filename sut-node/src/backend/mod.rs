@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use thiserror::Error;
 
+pub mod onnx;
 pub mod synthetic;
 
 /// A sample's final answer.
