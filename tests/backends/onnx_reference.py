@@ -1,0 +1,80 @@
+"""Python onnxruntime on the same model and inputs as sut-node's onnx backend:
+the reference the ignored tests and the bench compare against. Run it with
+the venv of tests/backends/setup-onnx.sh ($MLPN_ONNX_PYTHON).
+
+  infer MODEL DIR           outputs of every .npy in DIR (name order), as JSON
+                            on stdout: [{"file", "output": [floats]}, ...]
+  fixed-batch MODEL OUT N   OUT: MODEL with its batch dimension fixed to N
+  bench MODEL BATCH SECONDS [THREADS]
+                            samples/s of session.run on BATCH random samples,
+                            as JSON on stdout
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+
+def session(model, threads=0):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads = threads
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def infer(model, data_dir):
+    sess = session(model)
+    name = sess.get_inputs()[0].name
+    files = sorted(f for f in os.listdir(data_dir) if f.endswith(".npy"))
+    out = []
+    for f in files:
+        x = np.load(os.path.join(data_dir, f))
+        y = sess.run(None, {name: x[np.newaxis, ...]})[0]
+        out.append({"file": f, "output": y[0].astype(np.float64).ravel().tolist()})
+    json.dump(out, sys.stdout)
+
+
+def fixed_batch(model, out, n):
+    import onnx
+
+    m = onnx.load(model)
+    for value in list(m.graph.input) + list(m.graph.output):
+        dim = value.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_value = n
+    onnx.save(m, out)
+
+
+def bench(model, batch, seconds, threads=0):
+    sess = session(model, threads)
+    inp = sess.get_inputs()[0]
+    shape = [batch] + [int(d) for d in inp.shape[1:]]
+    x = np.random.default_rng(0).uniform(-120, 120, shape).astype(np.float32)
+    for _ in range(2):
+        sess.run(None, {inp.name: x})
+    runs, start = 0, time.perf_counter()
+    while True:
+        sess.run(None, {inp.name: x})
+        runs += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and runs >= 3:
+            break
+    json.dump({"batch": batch, "runs": runs, "seconds": elapsed,
+               "samples_per_s": runs * batch / elapsed}, sys.stdout)
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "infer":
+        infer(*args)
+    elif cmd == "fixed-batch":
+        fixed_batch(args[0], args[1], int(args[2]))
+    elif cmd == "bench":
+        bench(args[0], int(args[1]), float(args[2]), int(args[3]) if len(args) > 3 else 0)
+    else:
+        sys.exit(f"unknown command {cmd}")
