@@ -5,9 +5,10 @@ the venv of tests/backends/setup-onnx.sh ($MLPN_ONNX_PYTHON).
   infer MODEL DIR           outputs of every .npy in DIR (name order), as JSON
                             on stdout: [{"file", "output": [floats]}, ...]
   fixed-batch MODEL OUT N   OUT: MODEL with its batch dimension fixed to N
-  bench MODEL BATCH SECONDS [THREADS]
-                            samples/s of session.run on BATCH random samples,
-                            as JSON on stdout
+  bench MODEL BATCH SECONDS [THREADS [SAMPLE.npy]]
+                            samples/s of session.run on batches of BATCH
+                            copies of SAMPLE.npy (default: random samples), as
+                            JSON on stdout
 """
 
 import json
@@ -50,11 +51,14 @@ def fixed_batch(model, out, n):
     onnx.save(m, out)
 
 
-def bench(model, batch, seconds, threads=0):
+def bench(model, batch, seconds, threads=0, sample=None):
     sess = session(model, threads)
     inp = sess.get_inputs()[0]
-    shape = [batch] + [int(d) for d in inp.shape[1:]]
-    x = np.random.default_rng(0).uniform(-120, 120, shape).astype(np.float32)
+    if sample:
+        x = np.ascontiguousarray(np.repeat(np.load(sample)[np.newaxis, ...], batch, axis=0))
+    else:
+        shape = [batch] + [int(d) for d in inp.shape[1:]]
+        x = np.random.default_rng(0).uniform(-120, 120, shape).astype(np.float32)
     for _ in range(2):
         sess.run(None, {inp.name: x})
     runs, start = 0, time.perf_counter()
@@ -75,6 +79,7 @@ if __name__ == "__main__":
     elif cmd == "fixed-batch":
         fixed_batch(args[0], args[1], int(args[2]))
     elif cmd == "bench":
-        bench(args[0], int(args[1]), float(args[2]), int(args[3]) if len(args) > 3 else 0)
+        threads = int(args[3]) if len(args) > 3 else 0
+        bench(args[0], int(args[1]), float(args[2]), threads, args[4] if len(args) > 4 else None)
     else:
         sys.exit(f"unknown command {cmd}")

@@ -147,7 +147,8 @@ pub struct OnnxConfig {
 }
 
 /// The library to load: the flag's path, else `ORT_DYLIB_PATH`. A directory
-/// is searched for `libonnxruntime.so*`.
+/// is searched for `libonnxruntime.so*`; a bare file name that is not in the
+/// current directory is left to the dynamic loader (LD_LIBRARY_PATH).
 pub fn resolve_library(flag: Option<&Path>, env: Option<OsString>) -> Result<PathBuf, OnnxError> {
     let path = match (flag, env) {
         (Some(p), _) => p.to_path_buf(),
@@ -158,7 +159,12 @@ pub fn resolve_library(flag: Option<&Path>, env: Option<OsString>) -> Result<Pat
         path: path.clone(),
         reason,
     };
-    let meta = std::fs::metadata(&path).map_err(|e| fail(e.to_string()))?;
+    let meta = match std::fs::metadata(&path) {
+        Ok(meta) => meta,
+        // A bare file name is for the dynamic loader's own search path.
+        Err(_) if path.components().count() == 1 => return Ok(path),
+        Err(e) => return Err(fail(e.to_string())),
+    };
     if !meta.is_dir() {
         return Ok(path);
     }
@@ -807,6 +813,9 @@ mod tests {
         let missing = dir.join("nope.so");
         let err = resolve_library(Some(&missing), Some("/elsewhere.so".into())).unwrap_err();
         assert!(err.to_string().contains("nope.so"), "{err}");
+
+        let bare = Path::new("libonnxruntime.so.not-here");
+        assert_eq!(resolve_library(Some(bare), None).unwrap(), bare);
 
         let err = resolve_library(Some(&dir), None).unwrap_err();
         assert!(err.to_string().contains("no libonnxruntime.so"), "{err}");
