@@ -7,8 +7,8 @@ the venv of tests/backends/setup-onnx.sh ($MLPN_ONNX_PYTHON).
   fixed-batch MODEL OUT N   OUT: MODEL with its batch dimension fixed to N
   bench MODEL BATCH SECONDS [THREADS [SAMPLE.npy]]
                             samples/s of session.run on batches of BATCH
-                            copies of SAMPLE.npy (default: random samples), as
-                            JSON on stdout
+                            copies of SAMPLE.npy (default: random samples), and
+                            the process's CPU time per sample, as JSON on stdout
 """
 
 import json
@@ -61,15 +61,17 @@ def bench(model, batch, seconds, threads=0, sample=None):
         x = np.random.default_rng(0).uniform(-120, 120, shape).astype(np.float32)
     for _ in range(2):
         sess.run(None, {inp.name: x})
-    runs, start = 0, time.perf_counter()
+    runs, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while True:
         sess.run(None, {inp.name: x})
         runs += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds and runs >= 3:
             break
+    cpu = time.process_time() - cpu_start
     json.dump({"batch": batch, "runs": runs, "seconds": elapsed,
-               "samples_per_s": runs * batch / elapsed}, sys.stdout)
+               "samples_per_s": runs * batch / elapsed,
+               "cpu_ms_per_sample": cpu * 1000 / (runs * batch)}, sys.stdout)
 
 
 if __name__ == "__main__":
