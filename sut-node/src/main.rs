@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use sut_node::backend::kserve::{Kserve, KserveArgs};
 use sut_node::backend::openai::{Openai, OpenaiArgs};
 use sut_node::backend::llm::{Llm, LlmArgs};
+use sut_node::backend::onnx::{Onnx, OnnxArgs, OnnxConfig, OnnxError};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
@@ -193,6 +194,9 @@ struct ServeArgs {
 
     #[command(flatten)]
     llm: LlmArgs,
+
+    #[command(flatten)]
+    onnx: OnnxArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -208,6 +212,9 @@ enum BackendKind {
     /// A Llama-family LLM run by candle (--model FILE.gguf or a safetensors
     /// directory); see the LLM backend options.
     Llm,
+    /// ONNX Runtime in process: --model FILE.onnx; see the ONNX backend
+    /// options.
+    Onnx,
 }
 
 fn main() {
@@ -323,6 +330,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 .context("--backend llm needs --model")?;
             Arc::new(Llm::new(model, args.llm.clone())?)
         }
+        BackendKind::Onnx => Arc::new(Onnx::load(OnnxConfig {
+            model: args.model.clone().ok_or(OnnxError::NoModel)?,
+            args: args.onnx.clone(),
+            max_batch_size: args.max_batch_size as usize,
+        })?),
     };
     let config = NodeConfig {
         name: name.clone(),

@@ -11,6 +11,7 @@ mod forward;
 pub mod kserve;
 pub mod openai;
 pub mod llm;
+pub mod onnx;
 pub mod synthetic;
 
 /// A sample's final answer.
