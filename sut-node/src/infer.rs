@@ -28,7 +28,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Status, Streaming};
 use tracing::{debug, error, info, warn};
 
-use crate::backend::{Backend, BatchInfo, FirstTokenSink, Output};
+use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::codec;
 use crate::server::{stopped, Node};
 
@@ -373,12 +373,17 @@ pub(crate) fn batch_runner(
     move |jobs: &mut Vec<Job>, back_to_back| {
         inputs.clear();
         inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
-        let mut sink = FirstTokens(jobs);
+        let mut sink = Sink {
+            jobs,
+            answered: vec![false; jobs.len()],
+            outstanding: &outstanding,
+        };
         let info = BatchInfo { back_to_back };
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
+        let answered = sink.answered;
         let failure = match result {
             Ok(Ok(outputs)) if outputs.len() == jobs.len() => {
-                deliver(jobs, outputs.into_iter());
+                deliver(jobs, &answered, outputs.into_iter());
                 None
             }
             Ok(Ok(outputs)) => Some(format!(
@@ -391,23 +396,31 @@ pub(crate) fn batch_runner(
         };
         if let Some(message) = failure {
             error!("batch of {} samples failed: {message}", jobs.len());
-            deliver(jobs, std::iter::repeat_with(|| Err(message.clone())));
+            deliver(
+                jobs,
+                &answered,
+                std::iter::repeat_with(|| Err(message.clone())),
+            );
         }
-        outstanding.fetch_sub(jobs.len() as u64, Ordering::Relaxed);
+        let late = answered.iter().filter(|a| !**a).count();
+        outstanding.fetch_sub(late as u64, Ordering::Relaxed);
     }
 }
 
 /// Appends each job's output to its stream's outbox, locking each stream
-/// once per run of consecutive jobs from it, and wakes the writers.
-fn deliver(jobs: &[Job], mut outputs: impl Iterator<Item = Output>) {
+/// once per run of consecutive jobs from it, and wakes the writers. Jobs
+/// already answered (`answered[i]`) are skipped, their outputs dropped.
+fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Output>) {
     let mut i = 0;
     while i < jobs.len() {
         let reply = &jobs[i].reply;
         let mut outbox = reply.lock();
         while i < jobs.len() && Arc::ptr_eq(&jobs[i].reply, reply) {
             let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
-            outbox.push_output(jobs[i].id, output);
-            outbox.pending = outbox.pending.saturating_sub(1);
+            if !answered[i] {
+                outbox.push_output(jobs[i].id, output);
+                outbox.pending = outbox.pending.saturating_sub(1);
+            }
             i += 1;
         }
         drop(outbox);
@@ -415,15 +428,38 @@ fn deliver(jobs: &[Job], mut outputs: impl Iterator<Item = Output>) {
     }
 }
 
-/// Sends first tokens to the streams of the batch's samples right away.
-struct FirstTokens<'a>(&'a [Job]);
+/// Sends a batch's first tokens, and the answers a backend has early, to
+/// their streams right away.
+struct Sink<'a> {
+    jobs: &'a [Job],
+    /// Samples answered through `answer_now`.
+    answered: Vec<bool>,
+    outstanding: &'a AtomicU64,
+}
 
-impl FirstTokenSink for FirstTokens<'_> {
+impl SampleSink for Sink<'_> {
     fn first_token(&mut self, index: usize, payload: Bytes) {
-        if let Some(job) = self.0.get(index) {
+        if let Some(job) = self.jobs.get(index) {
             job.reply.lock().push_first_token(job.id, payload);
             job.reply.wake.notify_one();
         }
+    }
+
+    fn answer_now(&mut self, index: usize, output: &Output) {
+        let (Some(job), Some(answered)) = (self.jobs.get(index), self.answered.get_mut(index))
+        else {
+            return;
+        };
+        if std::mem::replace(answered, true) {
+            return; // sent already
+        }
+        {
+            let mut outbox = job.reply.lock();
+            outbox.push_output(job.id, output.clone());
+            outbox.pending = outbox.pending.saturating_sub(1);
+        }
+        job.reply.wake.notify_one();
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -494,5 +530,52 @@ mod tests {
         outbox.push_output(1, answer(1, 2 * MAX_FROM_NODE_PAYLOAD));
         outbox.take_into(&mut messages);
         assert_eq!(messages.back().map(|m| m.answers.len()), Some(1));
+    }
+
+    /// Answers sample 0 early (twice: the second is ignored), checks it is in
+    /// the outbox while the batch still runs, then returns both outputs.
+    struct EarlyFirst(Arc<Reply>);
+
+    impl Backend for EarlyFirst {
+        fn name(&self) -> &str {
+            "early-first"
+        }
+        fn warm_up(&self) -> Result<(), crate::backend::BackendError> {
+            Ok(())
+        }
+        fn infer(
+            &self,
+            _: &[Bytes],
+            _: BatchInfo,
+            sink: &mut dyn SampleSink,
+        ) -> Result<Vec<Output>, crate::backend::BackendError> {
+            sink.answer_now(0, &answer(10, 1));
+            sink.answer_now(0, &answer(10, 1));
+            let early: Vec<u64> = self.0.lock().answers.iter().map(|a| a.id).collect();
+            assert_eq!(early, [10], "sample 0 is answered before the batch ends");
+            Ok(vec![answer(10, 1), answer(11, 1)])
+        }
+    }
+
+    #[test]
+    fn answers_sent_early_leave_before_the_batch_ends_and_only_once() {
+        let reply = Arc::new(Reply::default());
+        reply.lock().pending = 2;
+        let outstanding = Arc::new(AtomicU64::new(2));
+        let mut run = batch_runner(
+            Arc::new(EarlyFirst(Arc::clone(&reply))),
+            Arc::clone(&outstanding),
+        );
+        let job = |id| Job {
+            id,
+            input: Bytes::from_static(b"x"),
+            reply: Arc::clone(&reply),
+        };
+        run(&mut vec![job(10), job(11)], false);
+        let outbox = reply.lock();
+        let ids: Vec<u64> = outbox.answers.iter().map(|a| a.id).collect();
+        assert_eq!(ids, [10, 11]);
+        assert_eq!(outbox.pending, 0);
+        assert_eq!(outstanding.load(Ordering::Relaxed), 0);
     }
 }

@@ -13,7 +13,7 @@ use proto::{
     to_node, Codec, FromNode, HealthRequest, NameRequest, SampleRequest, SessionRequest, ToNode,
 };
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
-use sut_node::backend::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use sut_node::backend::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 use sut_node::batcher::BatchPolicy;
 use sut_node::codec::NodeCodecs;
 use sut_node::server::{serve, NodeConfig, ServeError};
@@ -278,7 +278,7 @@ impl Backend for Gated {
         &self,
         inputs: &[Bytes],
         _: BatchInfo,
-        _: &mut dyn FirstTokenSink,
+        _: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let _ = self.batches.send(inputs.len());
         if self.hold_first.swap(false, Ordering::SeqCst) {

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use e2e_tests::{detail_value, scratch, text, SutNode};
 use serde_json::Value;
 use sut_node::backend::onnx::{LabelDtype, Onnx, OnnxArgs, OnnxConfig, OutputMode, Provider};
-use sut_node::backend::{Backend, BatchInfo, FirstTokenSink};
+use sut_node::backend::{Backend, BatchInfo, SampleSink};
 
 const DIMS: [usize; 3] = [224, 224, 3];
 
@@ -43,7 +43,7 @@ fn setup() -> Option<Setup> {
 }
 
 struct NoTokens;
-impl FirstTokenSink for NoTokens {
+impl SampleSink for NoTokens {
     fn first_token(&mut self, _: usize, _: Bytes) {}
 }
 

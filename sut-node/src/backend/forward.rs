@@ -36,23 +36,34 @@ impl Runtime {
         self.rt().block_on(f)
     }
 
-    /// Runs every task concurrently and returns their results in order.
-    pub fn all<T, I>(&self, tasks: I) -> Vec<Result<T, String>>
+    /// Runs every task concurrently; hands each result to `done`, on the
+    /// calling thread, as it comes, with the task's position in `tasks`.
+    pub fn each<T, I>(&self, tasks: I, mut done: impl FnMut(usize, Result<T, String>))
     where
         I: IntoIterator,
         I::Item: Future<Output = Result<T, String>> + Send + 'static,
         T: Send + 'static,
     {
         self.block_on(async {
-            let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
-            let mut out = Vec::with_capacity(handles.len());
-            for h in handles {
-                out.push(
-                    h.await
-                        .unwrap_or_else(|e| Err(format!("forwarding task failed: {e}"))),
-                );
+            let mut set = tokio::task::JoinSet::new();
+            let mut index = std::collections::HashMap::new();
+            for (i, task) in tasks.into_iter().enumerate() {
+                index.insert(set.spawn(task).id(), i);
             }
-            out
+            while let Some(joined) = set.join_next_with_id().await {
+                match joined {
+                    Ok((id, result)) => {
+                        if let Some(&i) = index.get(&id) {
+                            done(i, result);
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(&i) = index.get(&e.id()) {
+                            done(i, Err(format!("forwarding task failed: {e}")));
+                        }
+                    }
+                }
+            }
         })
     }
 }
@@ -69,7 +80,7 @@ impl Drop for Runtime {
 
 /// Blocks on a batch: `start` sets its requests going and returns where their
 /// events arrive; each event goes to `handle` on the calling thread (so it may
-/// use the batch's `FirstTokenSink` as events come), until `handle` returns
+/// use the batch's `SampleSink` as events come), until `handle` returns
 /// false or every sender is gone.
 pub fn run_batch<T, S>(rt: &Runtime, start: S, mut handle: impl FnMut(T) -> bool)
 where

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
 use super::forward::{run_batch, Runtime};
-use super::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 
 /// Code generated from `proto/kserve_v2.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -386,7 +386,12 @@ impl Kserve {
         first
     }
 
-    fn infer_unary(&self, input: &InputSpec, inputs: &[Bytes]) -> Vec<Output> {
+    fn infer_unary(
+        &self,
+        input: &InputSpec,
+        inputs: &[Bytes],
+        sink: &mut dyn SampleSink,
+    ) -> Vec<Output> {
         let requests: Vec<Result<ModelInferRequest, String>> = inputs
             .iter()
             .map(|s| self.request(input, s, String::new()))
@@ -404,17 +409,19 @@ impl Kserve {
                 }
             }
         });
-        let responses = self.runtime.all(tasks);
-        responses
-            .into_iter()
-            .map(|r| {
-                let response = r?;
+        let mut outputs: Vec<Output> = vec![Err("no answer".into()); inputs.len()];
+        self.runtime.each(tasks, |i, response| {
+            let output = response.and_then(|r| {
                 Ok(Answer {
-                    payload: self.answer_of(&response)?,
+                    payload: self.answer_of(&r)?,
                     n_tokens: 0,
                 })
-            })
-            .collect()
+            });
+            // Each answer leaves as its request ends, not with the slowest.
+            sink.answer_now(i, &output);
+            outputs[i] = output;
+        });
+        outputs
     }
 
     /// One `ModelStreamInfer` stream per batch, all its requests sent at
@@ -427,7 +434,7 @@ impl Kserve {
         &self,
         input: &InputSpec,
         inputs: &[Bytes],
-        first_tokens: &mut dyn FirstTokenSink,
+        sink: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let base = self.ids(inputs.len());
         let mut outputs: Vec<Option<Output>> = vec![None; inputs.len()];
@@ -522,7 +529,7 @@ impl Kserve {
                             Ok(bytes) => {
                                 let (buf, n) = &mut partial[i];
                                 if *n == 0 {
-                                    first_tokens.first_token(i, bytes.clone());
+                                    sink.first_token(i, bytes.clone());
                                 }
                                 buf.extend_from_slice(&bytes);
                                 *n += 1;
@@ -536,14 +543,18 @@ impl Kserve {
                     }
                     if final_flag {
                         let (buf, n) = std::mem::take(&mut partial[i]);
-                        outputs[i] = Some(if n == 0 {
+                        let output = if n == 0 {
                             Err("the upstream's final response has no output".to_string())
                         } else {
                             Ok(Answer {
                                 payload: buf.freeze(),
                                 n_tokens: n,
                             })
-                        });
+                        };
+                        // Each sample's answer leaves when its last response
+                        // arrives, not with the batch's slowest.
+                        sink.answer_now(i, &output);
+                        outputs[i] = Some(output);
                         open -= 1;
                     }
                     open > 0
@@ -595,7 +606,7 @@ impl Backend for Kserve {
             let size = element_size(&input.datatype).unwrap_or(1);
             let zeros = Bytes::from(vec![0u8; (elements.max(0) as usize).saturating_mul(size)]);
             struct Ignore;
-            impl FirstTokenSink for Ignore {
+            impl SampleSink for Ignore {
                 fn first_token(&mut self, _: usize, _: Bytes) {}
             }
             let out = self.infer(&[zeros], BatchInfo::default(), &mut Ignore)?;
@@ -613,15 +624,15 @@ impl Backend for Kserve {
         &self,
         inputs: &[Bytes],
         _info: BatchInfo,
-        first_tokens: &mut dyn FirstTokenSink,
+        sink: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let Some(input) = self.input.get() else {
             return Err(BackendError("kserve backend used before warm-up".into()));
         };
         if self.args.kserve_stream {
-            self.infer_stream(input, inputs, first_tokens)
+            self.infer_stream(input, inputs, sink)
         } else {
-            Ok(self.infer_unary(input, inputs))
+            Ok(self.infer_unary(input, inputs, sink))
         }
     }
 }

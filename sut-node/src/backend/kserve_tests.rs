@@ -238,7 +238,7 @@ fn floats(v: &[f32]) -> Bytes {
 
 #[derive(Default)]
 struct Collect(Vec<(usize, Bytes)>);
-impl FirstTokenSink for Collect {
+impl SampleSink for Collect {
     fn first_token(&mut self, index: usize, payload: Bytes) {
         self.0.push((index, payload));
     }

@@ -5,7 +5,7 @@
 //! the MLPerf LLM data sets and loadgen-node send them); each answer is the
 //! generated token ids, in the same kind of encoding, and its `n_tokens` is
 //! how many there are. The first generated token goes to the
-//! [`FirstTokenSink`] as soon as it exists, so the LoadGen node measures the
+//! [`SampleSink`] as soon as it exists, so the LoadGen node measures the
 //! time to first token over the network. No tokenizer is involved.
 //!
 //! Two model formats: a GGUF file (quantized weights, candle's
@@ -27,7 +27,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, quantized_llama};
 use thiserror::Error;
 
-use super::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 
 /// How token ids are encoded on the wire.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -609,7 +609,7 @@ impl Backend for Llm {
         &self,
         inputs: &[Bytes],
         _info: BatchInfo,
-        first_tokens: &mut dyn FirstTokenSink,
+        sink: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let in_dtype = self.args.llm_input_dtype;
         let out_dtype = self.args.llm_output_dtype;
@@ -619,14 +619,21 @@ impl Backend for Llm {
                 .iter()
                 .enumerate()
                 .map(|(i, input)| {
-                    let prompt = parse_token_ids(input, in_dtype)?;
-                    let ids = model.generate(&prompt, max_new, &mut |first| {
-                        first_tokens.first_token(i, encode_token_ids(&[first], out_dtype));
-                    })?;
-                    Ok(Answer {
-                        n_tokens: ids.len() as i64,
-                        payload: encode_token_ids(&ids, out_dtype),
-                    })
+                    let mut generate = || {
+                        let prompt = parse_token_ids(input, in_dtype)?;
+                        let ids = model.generate(&prompt, max_new, &mut |first| {
+                            sink.first_token(i, encode_token_ids(&[first], out_dtype));
+                        })?;
+                        Ok(Answer {
+                            n_tokens: ids.len() as i64,
+                            payload: encode_token_ids(&ids, out_dtype),
+                        })
+                    };
+                    let output = generate();
+                    // Samples run one after another: each answer leaves as
+                    // soon as it is complete, not with the batch's last.
+                    sink.answer_now(i, &output);
+                    output
                 })
                 .collect()
         })
@@ -866,7 +873,7 @@ mod tests {
     #[derive(Default)]
     struct Firsts(Vec<(usize, Bytes)>);
 
-    impl FirstTokenSink for Firsts {
+    impl SampleSink for Firsts {
         fn first_token(&mut self, index: usize, payload: Bytes) {
             self.0.push((index, payload));
         }

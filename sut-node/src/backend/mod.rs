@@ -9,9 +9,9 @@ use thiserror::Error;
 
 mod forward;
 pub mod kserve;
-pub mod openai;
 pub mod llm;
 pub mod onnx;
+pub mod openai;
 pub mod synthetic;
 
 /// A sample's final answer.
@@ -39,11 +39,20 @@ pub struct BatchInfo {
     pub back_to_back: bool,
 }
 
-/// Where a backend sends a sample's first token as soon as it has it, before
-/// the batch is done (LLM benchmarks measure the time to first token).
-pub trait FirstTokenSink {
+/// Where a backend sends a sample's results as soon as it has them, before
+/// the rest of its batch is done: its first token (LLM benchmarks measure the
+/// time to first token) and, for backends whose samples finish at different
+/// times (one generation after another, concurrent requests upstream), its
+/// answer, so that no sample's latency includes its batch-mates' work.
+pub trait SampleSink {
     /// `index` is the sample's position in the batch given to `infer`.
     fn first_token(&mut self, index: usize, payload: Bytes);
+
+    /// Sends sample `index`'s output now. The entry `infer` later returns for
+    /// that sample must be the same; the node sends it once.
+    fn answer_now(&mut self, index: usize, output: &Output) {
+        let _ = (index, output);
+    }
 }
 
 pub trait Backend: Send + Sync + 'static {
@@ -55,12 +64,13 @@ pub trait Backend: Send + Sync + 'static {
     fn warm_up(&self) -> Result<(), BackendError>;
 
     /// Runs one batch of decoded inputs and returns one output per input, in
-    /// order. LLM backends call `first_tokens` for each sample before
-    /// returning; others ignore it.
+    /// order. LLM backends call `first_token` for each sample before
+    /// returning, and backends whose samples finish at different times
+    /// `answer_now` as each one does; others ignore the sink.
     fn infer(
         &self,
         inputs: &[Bytes],
         info: BatchInfo,
-        first_tokens: &mut dyn FirstTokenSink,
+        sink: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError>;
 }

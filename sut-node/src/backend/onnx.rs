@@ -21,7 +21,7 @@ use ort::session::Session;
 use ort::value::{DynTensor, Shape, TensorElementType, ValueType};
 use thiserror::Error;
 
-use super::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 
 /// What installs a usable `libonnxruntime.so`, for error messages.
 const INSTALL_HINT: &str = "`pip install onnxruntime` (CPU) or `pip install onnxruntime-gpu` \
@@ -667,7 +667,7 @@ impl Backend for Onnx {
         &self,
         inputs: &[Bytes],
         _info: BatchInfo,
-        _first_tokens: &mut dyn FirstTokenSink,
+        _first_tokens: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let mut outputs: Vec<Output> = Vec::with_capacity(inputs.len());
         // Samples of the wrong size fail alone; the rest run together.

@@ -6,7 +6,7 @@
 //!   endian, as loadgen-node sends the LLM datasets), sent as `prompt: [ids]`;
 //!   or, with `--openai-prompt text`, UTF-8 text.
 //! - First token: the first chunk carrying generated text goes to the
-//!   `FirstTokenSink` at once.
+//!   `SampleSink` at once.
 //! - Answer: the generated text (UTF-8), or with `--openai-answer token-ids`
 //!   the generated token ids (int32 little endian), which needs a server that
 //!   returns ids (vLLM's `return_tokens_as_token_ids`).
@@ -33,7 +33,7 @@ use thiserror::Error;
 use tokio::sync::mpsc::{self, UnboundedSender};
 
 use super::forward::{run_batch, Runtime};
-use super::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -283,24 +283,22 @@ impl Openai {
         rx
     }
 
-    fn run(
-        &self,
-        inputs: &[Bytes],
-        max_tokens: u32,
-        first_tokens: &mut dyn FirstTokenSink,
-    ) -> Vec<Output> {
+    fn run(&self, inputs: &[Bytes], max_tokens: u32, sink: &mut dyn SampleSink) -> Vec<Output> {
         let mut outputs: Vec<Option<Output>> = vec![None; inputs.len()];
         let mut open = inputs.len();
         if open > 0 {
             let rx = self.start(inputs, max_tokens);
             run_batch(&self.runtime, async { rx }, |event| {
                 match event {
-                    Event::FirstToken(i, token) => first_tokens.first_token(i, token),
+                    Event::FirstToken(i, token) => sink.first_token(i, token),
                     Event::Done(i, output) => {
                         if outputs[i].is_none() {
                             open -= 1;
+                            // Each request's answer leaves when it ends,
+                            // not with the batch's slowest.
+                            sink.answer_now(i, &output);
+                            outputs[i] = Some(output);
                         }
-                        outputs[i] = Some(output);
                     }
                 }
                 open > 0
@@ -369,7 +367,7 @@ impl Backend for Openai {
             PromptKind::Text => Bytes::from_static(b"Hello"),
         };
         struct Ignore;
-        impl FirstTokenSink for Ignore {
+        impl SampleSink for Ignore {
             fn first_token(&mut self, _: usize, _: Bytes) {}
         }
         let out = self.run(&[prompt], 1, &mut Ignore);
@@ -389,9 +387,9 @@ impl Backend for Openai {
         &self,
         inputs: &[Bytes],
         _info: BatchInfo,
-        first_tokens: &mut dyn FirstTokenSink,
+        sink: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
-        Ok(self.run(inputs, self.args.openai_max_tokens, first_tokens))
+        Ok(self.run(inputs, self.args.openai_max_tokens, sink))
     }
 }
 

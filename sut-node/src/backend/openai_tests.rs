@@ -148,11 +148,35 @@ fn ids(v: &[i32]) -> Bytes {
 
 /// First tokens with when they came.
 #[derive(Default)]
-struct Collect(Vec<(usize, Bytes, Instant)>);
-impl FirstTokenSink for Collect {
+struct Collect(Vec<(usize, Bytes, Instant)>, Vec<(usize, Instant)>);
+impl SampleSink for Collect {
     fn first_token(&mut self, index: usize, payload: Bytes) {
         self.0.push((index, payload, Instant::now()));
     }
+    fn answer_now(&mut self, index: usize, _: &Output) {
+        self.1.push((index, Instant::now()));
+    }
+}
+
+#[test]
+fn a_short_answer_leaves_before_its_batch_mates_finish() {
+    let gap = Duration::from_millis(100);
+    let (_server, url, _) = serve(gap);
+    let b = backend(&url, "fake", args());
+    b.warm_up().expect("warm-up");
+    // One chunk (200 ms with [DONE]) against eight (900 ms).
+    let inputs = [ids(&[10]), ids(&[11, 2, 3, 4, 5, 6, 7, 8])];
+    let mut sink = Collect::default();
+    b.infer(&inputs, BatchInfo::default(), &mut sink)
+        .expect("batch");
+    let end = Instant::now();
+    let order: Vec<usize> = sink.1.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1]);
+    let short = end - sink.1[0].1;
+    assert!(
+        short >= Duration::from_millis(400),
+        "{short:?} before the end"
+    );
 }
 
 #[test]

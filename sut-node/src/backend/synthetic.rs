@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use thiserror::Error;
 
-use super::{Answer, Backend, BackendError, BatchInfo, FirstTokenSink, Output};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 
 /// How long the emulated accelerator takes for one batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -200,7 +200,7 @@ impl Backend for Synthetic {
         &self,
         inputs: &[Bytes],
         info: BatchInfo,
-        first_tokens: &mut dyn FirstTokenSink,
+        first_tokens: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let size = self.config.output_size;
         let answers: Vec<Bytes> = inputs
@@ -346,7 +346,7 @@ mod tests {
     }
 
     struct Collect(Vec<(usize, Bytes)>);
-    impl FirstTokenSink for Collect {
+    impl SampleSink for Collect {
         fn first_token(&mut self, index: usize, payload: Bytes) {
             self.0.push((index, payload));
         }
