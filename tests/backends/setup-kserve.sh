@@ -21,7 +21,7 @@ _mlpn_kserve_setup() {
     fi
     if ! "$venv/bin/python" -c 'import mlserver, mlserver_sklearn, sklearn, joblib' 2>/dev/null; then
         "$venv/bin/pip" install --quiet --upgrade pip || return 1
-        "$venv/bin/pip" install --quiet mlserver mlserver-sklearn scikit-learn joblib numpy || return 1
+        "$venv/bin/pip" install --quiet mlserver==1.7.1 mlserver-sklearn==1.7.1 scikit-learn joblib numpy || return 1
     fi
     if ! grep -q '"inputs"' "$cache/models/digits/model-settings.json" 2>/dev/null ||
         [ ! -f "$cache/data/labels.npy" ]; then

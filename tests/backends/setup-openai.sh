@@ -18,7 +18,7 @@ _mlpn_openai_setup() {
         # llama.cpp is compiled from source here: cmake comes from PyPI when
         # the system has none. Two build jobs keep a small machine usable.
         CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-            "$venv/bin/pip" install --quiet 'llama-cpp-python[server]' || return 1
+            "$venv/bin/pip" install --quiet 'llama-cpp-python[server]==0.3.36' || return 1
     fi
     local gguf
     gguf="$(find "$cache/model" -name '*.gguf' 2>/dev/null | head -n 1)"
