@@ -41,7 +41,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
-pub use config::{NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES};
+pub use config::{default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES};
 pub use conn::{decode_output, Counters};
 pub use error::QdlError;
 pub use policy::DispatchPolicy;

@@ -103,11 +103,12 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     connections_per_node: usize,
 
-    /// Threads of the QDL's network runtime. On a small LoadGen host, fewer
-    /// threads than cores leaves room for the LoadGen's issuing thread.
-    #[arg(long, default_value_t = 2, value_name = "N",
+    /// Threads of the QDL's network runtime [default: 2, or 1 on a host of
+    /// 2 cores or fewer, which leaves a core to the LoadGen's issuing
+    /// thread].
+    #[arg(long, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    qdl_threads: usize,
+    qdl_threads: Option<usize>,
 
     /// A sut-node with samples outstanding that sends nothing (no answer, no
     /// heartbeat) for this many seconds ends the run as INVALID.
@@ -232,7 +233,7 @@ fn run(args: Args) -> Result<ExitCode> {
         tls: args.tls.client_tls()?,
         input_codec: Codec::from(qsl.input_codec().kind),
         max_answer_bytes: args.max_answer_bytes,
-        io_threads: args.qdl_threads,
+        io_threads: args.qdl_threads.unwrap_or_else(qdl::default_io_threads),
         ..QdlConfig::default()
     };
     if args.tls.tls_insecure {
