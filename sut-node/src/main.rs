@@ -307,12 +307,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
         None => hostname(),
     };
     let backend: Arc<dyn Backend> = match args.backend {
-        BackendKind::Synthetic => Arc::new(Synthetic::new(SyntheticConfig {
-            service_time: args.service_time,
-            output_size: args.output_size,
-            llm_tokens: args.llm_tokens,
-            seed: args.seed,
-        })),
+        BackendKind::Synthetic => {
+            tracing::info!(service_time = %args.service_time, "synthetic backend");
+            Arc::new(Synthetic::new(SyntheticConfig {
+                service_time: args.service_time,
+                output_size: args.output_size,
+                llm_tokens: args.llm_tokens,
+                seed: args.seed,
+            }))
+        }
         BackendKind::Kserve => Arc::new(Kserve::new(
             args.upstream.clone(),
             args.model_name.clone(),
@@ -363,7 +366,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
         node = %name,
         %addr,
         backend = backend.name(),
-        service_time = %args.service_time,
         max_batch_size = args.max_batch_size,
         max_batch_wait_us = args.max_batch_wait_us,
         output_codec = %args.output_codec,
