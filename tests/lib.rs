@@ -251,3 +251,22 @@ pub fn node_failure_ends_run(
     assert!(summary.contains("Result is : INVALID"), "{summary}");
     assert!(summary.contains(victim_addr), "{summary}");
 }
+
+/// For the benches: builds the release binaries of loadgen-node and sut-node
+/// and returns loadgen-node's path.
+pub fn build_release() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "loadgen-node", "-p", "sut-node"])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the release binaries failed");
+    binary("loadgen-node")
+}
+
+/// For the benches: the median (the upper one of an even count).
+pub fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}

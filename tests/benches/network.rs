@@ -117,27 +117,11 @@ impl Bench {
 /// Rounds of each latency measurement; the median is printed.
 const REPS: usize = 3;
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn build_release() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "loadgen-node", "-p", "sut-node"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the release binaries failed");
-    e2e_tests::binary("loadgen-node")
-}
-
 fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     let bench = Bench {
         quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
-        loadgen: build_release(),
+        loadgen: e2e_tests::build_release(),
     };
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
 
@@ -168,7 +152,7 @@ fn main() {
                     p(&net, "result_99.00_percentile_latency_ns"),
                 ]);
             }
-            let m = |k: usize| median(rounds.iter().map(|r| r[k]));
+            let m = |k: usize| e2e_tests::median(rounds.iter().map(|r| r[k]));
             let (n50, n99, g50, g99) = (m(0), m(1), m(2), m(3));
             let added99: Vec<String> = rounds
                 .iter()

@@ -155,16 +155,6 @@ fn python_speed(setup: &Setup, npy: &Path, batch: usize, secs: f64, threads: usi
     }
 }
 
-fn build_release() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "loadgen-node", "-p", "sut-node"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the release binaries failed");
-    e2e_tests::binary("loadgen-node")
-}
-
 /// A sut-node serving the model with dynamic batches of up to `batch`.
 fn start_node(setup: &Setup, batch: usize, threads: usize) -> SutNode {
     let batch_arg = batch.to_string();
@@ -227,7 +217,7 @@ fn main() {
     // run of each side is the fairest comparison.
     const REPS: usize = 3;
     let secs = if quick { 1.5 } else { 4.0 };
-    let loadgen = build_release();
+    let loadgen = e2e_tests::build_release();
 
     let dir = scratch("bench-onnx");
     let input = Bytes::from(sample());

@@ -150,27 +150,11 @@ impl Bench {
 /// Rounds of each latency measurement; the median is printed.
 const REPS: usize = 3;
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn build_release() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "loadgen-node", "-p", "sut-node"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the release binaries failed");
-    e2e_tests::binary("loadgen-node")
-}
-
 fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     let bench = Bench {
         quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
-        loadgen: build_release(),
+        loadgen: e2e_tests::build_release(),
     };
     // Plain gRPC and QUIC on one node; gRPC over TLS on another.
     let plain = SutNode::start("tbench-1", &[]);
@@ -234,7 +218,12 @@ fn main() {
         }
         let med: Vec<(f64, f64)> = seen
             .iter()
-            .map(|r| (median(r.iter().map(|x| x.0)), median(r.iter().map(|x| x.1))))
+            .map(|r| {
+                (
+                    e2e_tests::median(r.iter().map(|x| x.0)),
+                    e2e_tests::median(r.iter().map(|x| x.1)),
+                )
+            })
             .collect();
         let (n50, n99) = med[0];
         let added: Vec<(f64, f64)> = med[1..].iter().map(|(a, b)| (a - n50, b - n99)).collect();
