@@ -270,3 +270,39 @@ pub fn median(values: impl Iterator<Item = f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
+
+/// One entry of an accuracy log (`mlperf_log_accuracy.json`).
+pub struct AccuracyEntry {
+    pub qsl_idx: u64,
+    /// The answer's bytes, decoded from the entry's hex `data`.
+    pub data: Vec<u8>,
+    /// The whole entry, for the keys some benchmarks add (`token_count`).
+    pub entry: serde_json::Value,
+}
+
+/// The entries of the accuracy log in `out`, in log order; panics on a log
+/// that is missing or malformed.
+pub fn accuracy_entries(out: &Path) -> Vec<AccuracyEntry> {
+    let path = out.join("mlperf_log_accuracy.json");
+    let log = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let entries: Vec<serde_json::Value> =
+        serde_json::from_str(&log).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    entries
+        .into_iter()
+        .map(|entry| {
+            let qsl_idx = entry["qsl_idx"].as_u64().expect("qsl_idx");
+            let hex = entry["data"].as_str().expect("data");
+            let data = (0..hex.len())
+                .step_by(2)
+                .map(|i| {
+                    u8::from_str_radix(hex.get(i..i + 2).unwrap_or("?"), 16).expect("hex data")
+                })
+                .collect();
+            AccuracyEntry {
+                qsl_idx,
+                data,
+                entry,
+            }
+        })
+        .collect()
+}

@@ -140,16 +140,14 @@ fn int(out: &Path, key: &str) -> i64 {
 
 /// The generated token ids by sample index, from the accuracy log.
 fn answers(out: &Path) -> BTreeMap<u64, Vec<i32>> {
-    let log = std::fs::read_to_string(out.join("mlperf_log_accuracy.json")).expect("accuracy log");
-    let entries: Vec<serde_json::Value> = serde_json::from_str(&log).expect("accuracy log is JSON");
     let mut by_index = BTreeMap::new();
-    for e in entries {
-        let hex = e["data"].as_str().expect("data");
-        let bytes: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-            .collect();
-        assert_eq!(bytes.len() % 4, 0, "{hex}");
+    for e2e_tests::AccuracyEntry {
+        qsl_idx: idx,
+        data: bytes,
+        entry: e,
+    } in e2e_tests::accuracy_entries(out)
+    {
+        assert_eq!(bytes.len() % 4, 0, "{e}");
         let ids: Vec<i32> = bytes
             .chunks_exact(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -159,7 +157,6 @@ fn answers(out: &Path) -> BTreeMap<u64, Vec<i32>> {
             Some(ids.len() as u64),
             "token_count is the number of ids: {e}"
         );
-        let idx = e["qsl_idx"].as_u64().expect("qsl_idx");
         // A sample logged twice must have the same answer both times.
         if let Some(before) = by_index.insert(idx, ids.clone()) {
             assert_eq!(before, ids, "sample {idx}");

@@ -139,17 +139,9 @@ fn accuracy_run(node: &SutNode, data: &Path, out: &Path) -> Vec<Vec<u8>> {
         "--no-trace",
     ]);
     assert!(o.status.success(), "loadgen-node: {}", text(&o.stderr));
-    let log = std::fs::read_to_string(out.join("mlperf_log_accuracy.json")).expect("accuracy log");
-    let entries: Vec<Value> = serde_json::from_str(&log).expect("accuracy log JSON");
     let mut answers = vec![None; SAMPLES];
-    for e in &entries {
-        let idx = e["qsl_idx"].as_u64().expect("qsl_idx") as usize;
-        let hex = e["data"].as_str().expect("data");
-        let bytes: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-            .collect();
-        answers[idx] = Some(bytes);
+    for e in e2e_tests::accuracy_entries(out) {
+        answers[e.qsl_idx as usize] = Some(e.data);
     }
     answers
         .into_iter()

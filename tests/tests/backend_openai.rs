@@ -114,20 +114,12 @@ fn llm_runs_through_llama_cpp_server() {
     // Every answer is generated text.
     let acc = dir.join("accuracy");
     run(&node, &data, "Offline", "AccuracyOnly", &[], &acc);
-    let log: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(acc.join("mlperf_log_accuracy.json")).expect("accuracy log"),
-    )
-    .expect("accuracy log is JSON");
-    let entries = log.as_array().expect("entries");
-    assert_eq!(entries.len(), PROMPTS.len(), "{log}");
+    let entries = e2e_tests::accuracy_entries(&acc);
+    assert_eq!(entries.len(), PROMPTS.len());
     for e in entries {
-        let hex = e["data"].as_str().unwrap_or_default();
-        let bytes: Vec<u8> = (0..hex.len() / 2)
-            .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-            .collect();
-        let answer = String::from_utf8_lossy(&bytes);
-        eprintln!("sample {}: {answer:?}", e["qsl_idx"]);
-        assert!(!answer.trim().is_empty(), "empty answer: {e}");
+        let answer = String::from_utf8_lossy(&e.data);
+        eprintln!("sample {}: {answer:?}", e.qsl_idx);
+        assert!(!answer.trim().is_empty(), "empty answer: {}", e.entry);
     }
 
     for (scenario, sets) in [
