@@ -257,7 +257,7 @@ pub fn node_failure_ends_run(
 pub fn build_release() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "loadgen-node", "-p", "sut-node"])
+        .args(["build", "--release", "-p", "loadgen-cli", "-p", "sut-node"])
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building the release binaries failed");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use compression::{CodecError, CodecKind};
-use loadgen::{Completer, QuerySampleResponse};
+use loadgen_engine::{Completer, QuerySampleResponse};
 use proto::{Codec, FromNode};
 use tokio::time::MissedTickBehavior;
 

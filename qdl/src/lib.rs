@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use compression::wire::wire_name;
-use loadgen::sut::SutError;
-use loadgen::{Completer, QuerySample, QuerySampleIndex, SystemUnderTest};
+use loadgen_engine::sut::SutError;
+use loadgen_engine::{Completer, QuerySample, QuerySampleIndex, SystemUnderTest};
 use proto::tls::ClientTls;
 use proto::{to_node, SampleRequest, SessionReply, SessionRequest, ToNode, PROTOCOL_VERSION};
 use tokio::runtime::Runtime;

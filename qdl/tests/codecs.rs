@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use common::*;
 use compression::{CodecKind, CodecSpec};
-use loadgen::{SystemUnderTest, TestMode, TestSettings};
+use loadgen_engine::{SystemUnderTest, TestMode, TestSettings};
 use proto::Codec;
 use qdl::{Qdl, QdlConfig, QdlError};
 

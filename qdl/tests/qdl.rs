@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use loadgen::{Scenario, SystemUnderTest, TestMode, TestSettings};
+use loadgen_engine::{Scenario, SystemUnderTest, TestMode, TestSettings};
 use proto::{Codec, PROTOCOL_VERSION};
 use qdl::{DispatchPolicy, Qdl, QdlConfig, QdlError};
 

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use loadgen::{Scenario, TestSettings};
+use loadgen_engine::{Scenario, TestSettings};
 use qdl::Qdl;
 
 const LOADED: usize = 1024;

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(onnx llm kserve openai)
 # The tests drive these binaries.
-cargo build -p sut-node -p loadgen-node --bins
+cargo build -p sut-node -p loadgen-cli --bins
 passed=0
 failed=()
 for name in "${names[@]}"; do
@@ -29,7 +29,7 @@ for name in "${names[@]}"; do
         # shellcheck disable=SC1090
         source "$setup"
         echo "backends: $name: set up in $((SECONDS - t0)) s; testing"
-        cargo test -p e2e-tests --test "backend_$name" -- --ignored --test-threads 1
+        cargo test -p tests --test "backend_$name" -- --ignored --test-threads 1
     ); then
         echo "backends: $name: passed ($((SECONDS - t0)) s)"
         passed=$((passed + 1))

@@ -10,14 +10,14 @@
 //! and the ratios to the official LoadGen-over-network demo's figures
 //! measured on this kind of machine (Flask, JSON, a thread per query).
 //!
-//! `cargo bench -p e2e-tests --bench network` (builds the release binaries
+//! `cargo bench -p tests --bench network` (builds the release binaries
 //! first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency or
 //! BENCH_ONLY=throughput runs one half.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use e2e_tests::{detail_value, scratch, text, SutNode};
+use tests::{detail_value, scratch, text, SutNode};
 
 /// The official demo on this kind of machine (2 cores).
 const DEMO_SERVER_QPS: f64 = 350.0;
@@ -121,7 +121,7 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     let bench = Bench {
         quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
-        loadgen: e2e_tests::build_release(),
+        loadgen: tests::build_release(),
     };
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
 
@@ -152,7 +152,7 @@ fn main() {
                     p(&net, "result_99.00_percentile_latency_ns"),
                 ]);
             }
-            let m = |k: usize| e2e_tests::median(rounds.iter().map(|r| r[k]));
+            let m = |k: usize| tests::median(rounds.iter().map(|r| r[k]));
             let (n50, n99, g50, g99) = (m(0), m(1), m(2), m(3));
             let added99: Vec<String> = rounds
                 .iter()

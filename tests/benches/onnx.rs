@@ -11,7 +11,7 @@
 //!   same batch size.
 //!
 //! `source tests/backends/setup-onnx.sh` first (without its variables the
-//! bench says so and stops), then `cargo bench -p e2e-tests --bench onnx`
+//! bench says so and stops), then `cargo bench -p tests --bench onnx`
 //! (builds the release binaries first). BENCH_QUICK=1 shortens every run;
 //! BENCH_ONNX_THREADS=N sets ONNX Runtime's intra-op threads on both sides.
 
@@ -20,10 +20,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use bytes::Bytes;
-use e2e_tests::{detail_value, scratch, text, SutNode};
 use serde_json::Value;
 use sut_node::backend::onnx::{LabelDtype, Onnx, OnnxArgs, OnnxConfig, OutputMode, Provider};
 use sut_node::backend::{Backend, BatchInfo, SampleSink};
+use tests::{detail_value, scratch, text, SutNode};
 
 const DIMS: [usize; 3] = [224, 224, 3];
 
@@ -217,12 +217,12 @@ fn main() {
     // run of each side is the fairest comparison.
     const REPS: usize = 3;
     let secs = if quick { 1.5 } else { 4.0 };
-    let loadgen = e2e_tests::build_release();
+    let loadgen = tests::build_release();
 
     let dir = scratch("bench-onnx");
     let input = Bytes::from(sample());
     let npy = dir.join("sample.npy");
-    std::fs::write(&npy, loadgen_node::npy::encode("<f4", &DIMS, &input)).expect("write sample");
+    std::fs::write(&npy, loadgen_cli::npy::encode("<f4", &DIMS, &input)).expect("write sample");
     let data = dir.join("data");
     std::fs::create_dir_all(&data).expect("data set directory");
     for i in 0..64 {

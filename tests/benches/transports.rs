@@ -9,14 +9,14 @@
 //! - the highest VALID Server QPS and the Offline samples/s through one node,
 //!   and the Offline samples/s with ResNet50-sized (602112-byte) samples.
 //!
-//! `cargo bench -p e2e-tests --bench transports` (builds the release
+//! `cargo bench -p tests --bench transports` (builds the release
 //! binaries first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency or
 //! BENCH_ONLY=throughput runs one half.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use e2e_tests::{detail_value, scratch, text, SutNode};
+use tests::{detail_value, scratch, text, SutNode};
 
 /// ResNet50's input as the built-in benchmark table sizes it (3 x 224 x
 /// 224 float32).
@@ -154,7 +154,7 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     let bench = Bench {
         quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
-        loadgen: e2e_tests::build_release(),
+        loadgen: tests::build_release(),
     };
     // Plain gRPC and QUIC on one node; gRPC over TLS on another.
     let plain = SutNode::start("tbench-1", &[]);
@@ -220,8 +220,8 @@ fn main() {
             .iter()
             .map(|r| {
                 (
-                    e2e_tests::median(r.iter().map(|x| x.0)),
-                    e2e_tests::median(r.iter().map(|x| x.1)),
+                    tests::median(r.iter().map(|x| x.0)),
+                    tests::median(r.iter().map(|x| x.1)),
                 )
             })
             .collect();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e_tests::{binary, loadgen, scratch, text, SutNode};
+use tests::{binary, loadgen, scratch, text, SutNode};
 use upstream::{free_port, setup_var, Upstream};
 
 const SETUP: &str = "setup-kserve.sh";

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use e2e_tests::{detail_value, loadgen, pins, quic_list, scratch, text, SutNode};
+use tests::{detail_value, loadgen, pins, quic_list, scratch, text, SutNode};
 
 /// Tokens generated per sample: short, so a debug build stays quick.
 const MAX_NEW_TOKENS: usize = 6;
@@ -48,7 +48,7 @@ fn dataset(dir: &Path) {
     std::fs::create_dir_all(dir).expect("dataset directory");
     for (i, ids) in PROMPTS.iter().enumerate() {
         let data: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-        let npy = loadgen_node::npy::encode("<i4", &[ids.len()], &data);
+        let npy = loadgen_cli::npy::encode("<i4", &[ids.len()], &data);
         std::fs::write(dir.join(format!("prompt{i}.npy")), npy).expect("write .npy");
     }
 }
@@ -141,11 +141,11 @@ fn int(out: &Path, key: &str) -> i64 {
 /// The generated token ids by sample index, from the accuracy log.
 fn answers(out: &Path) -> BTreeMap<u64, Vec<i32>> {
     let mut by_index = BTreeMap::new();
-    for e2e_tests::AccuracyEntry {
+    for tests::AccuracyEntry {
         qsl_idx: idx,
         data: bytes,
         entry: e,
-    } in e2e_tests::accuracy_entries(out)
+    } in tests::accuracy_entries(out)
     {
         assert_eq!(bytes.len() % 4, 0, "{e}");
         let ids: Vec<i32> = bytes

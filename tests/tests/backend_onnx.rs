@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use e2e_tests::{detail_value, loadgen, scratch, text, SutNode};
 use serde_json::Value;
+use tests::{detail_value, loadgen, scratch, text, SutNode};
 
 const IGNORE: &str = "needs tests/backends/setup-onnx.sh; run by tests/backends/run.sh";
 
@@ -71,7 +71,7 @@ fn write_dataset(dir: &Path, n: usize, dims: &[usize]) {
                 ((u * 240.0 - 120.0) * scale).to_le_bytes()
             })
             .collect();
-        let npy = loadgen_node::npy::encode("<f4", dims, &data);
+        let npy = loadgen_cli::npy::encode("<f4", dims, &data);
         std::fs::write(dir.join(format!("sample_{i:03}.npy")), npy).expect("write sample");
     }
 }
@@ -140,7 +140,7 @@ fn accuracy_run(node: &SutNode, data: &Path, out: &Path) -> Vec<Vec<u8>> {
     ]);
     assert!(o.status.success(), "loadgen-node: {}", text(&o.stderr));
     let mut answers = vec![None; SAMPLES];
-    for e in e2e_tests::accuracy_entries(out) {
+    for e in tests::accuracy_entries(out) {
         answers[e.qsl_idx as usize] = Some(e.data);
     }
     answers

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e_tests::{binary, loadgen, scratch, text, SutNode};
+use tests::{binary, loadgen, scratch, text, SutNode};
 use upstream::{free_port, setup_var, Upstream};
 
 const SETUP: &str = "setup-openai.sh";
@@ -42,7 +42,7 @@ fn text_dataset(dir: &Path) -> String {
     let data = dir.join("prompts");
     std::fs::create_dir_all(&data).expect("data dir");
     for (i, p) in PROMPTS.iter().enumerate() {
-        let npy = loadgen_node::npy::encode("|u1", &[p.len()], p.as_bytes());
+        let npy = loadgen_cli::npy::encode("|u1", &[p.len()], p.as_bytes());
         std::fs::write(data.join(format!("{i:04}.npy")), npy).expect("write sample");
     }
     data.to_str().expect("utf-8 path").to_string()
@@ -114,7 +114,7 @@ fn llm_runs_through_llama_cpp_server() {
     // Every answer is generated text.
     let acc = dir.join("accuracy");
     run(&node, &data, "Offline", "AccuracyOnly", &[], &acc);
-    let entries = e2e_tests::accuracy_entries(&acc);
+    let entries = tests::accuracy_entries(&acc);
     assert_eq!(entries.len(), PROMPTS.len());
     for e in entries {
         let answer = String::from_utf8_lossy(&e.data);

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use e2e_tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
+use tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
 
 /// A data set of `n` small image-like samples (3x32x32 uint8: smooth
 /// gradients, one pixel in eight off by one), which compress well.
@@ -27,7 +27,7 @@ fn image_dataset(dir: &Path, n: usize) {
         }
         std::fs::write(
             dir.join(format!("{i:04}.npy")),
-            loadgen_node::npy::encode("|u1", &[3, 32, 32], &data),
+            loadgen_cli::npy::encode("|u1", &[3, 32, 32], &data),
         )
         .expect("write a sample");
     }

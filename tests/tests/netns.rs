@@ -31,7 +31,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use e2e_tests::{binary, detail_is_intact, detail_value, scratch, text};
+use tests::{binary, detail_is_intact, detail_value, scratch, text};
 
 const SUBNET_PREFIX: &str = "10.123.0";
 const LOADGEN_IP: &str = "10.123.0.2";

@@ -1,6 +1,6 @@
 //! loadgen-node driving real sut-node processes over gRPC on 127.0.0.1.
 
-use e2e_tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
+use tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
 
 /// Small samples and a small data set: these tests check behaviour, not
 /// bandwidth.
@@ -149,7 +149,7 @@ fn node_failure_ends_run(tag: &str, break_it: impl FnOnce(&mut SutNode)) {
     .collect();
     args.extend(DATA.iter().map(|s| s.to_string()));
     let addr = nodes[1].addr.clone();
-    e2e_tests::node_failure_ends_run(&args, &scratch(tag), &mut nodes[1], &addr, break_it);
+    tests::node_failure_ends_run(&args, &scratch(tag), &mut nodes[1], &addr, break_it);
 }
 
 #[test]

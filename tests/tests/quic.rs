@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e_tests::{
-    binary, detail_is_intact, detail_value, loadgen, pins, quic_list, scratch, text, SutNode,
-};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
+};
+use tests::{
+    binary, detail_is_intact, detail_value, loadgen, pins, quic_list, scratch, text, SutNode,
 };
 
 /// Small samples and a small data set: these tests check behaviour, not
@@ -443,7 +443,7 @@ fn node_failure_ends_run(tag: &str, break_it: impl FnOnce(&mut SutNode)) {
     .collect();
     args.extend(DATA.iter().map(|s| s.to_string()));
     let addr = nodes[1].quic.clone().expect("the node serves QUIC");
-    e2e_tests::node_failure_ends_run(&args, &scratch(tag), &mut nodes[1], &addr, break_it);
+    tests::node_failure_ends_run(&args, &scratch(tag), &mut nodes[1], &addr, break_it);
 }
 
 #[test]

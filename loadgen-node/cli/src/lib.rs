@@ -7,5 +7,6 @@ pub mod benchmarks;
 pub mod npy;
 pub mod progress;
 pub mod qsl;
+pub mod run;
 pub mod tls;
 pub mod verify;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use loadgen::live::{LiveSnapshot, LiveStats};
+use loadgen_engine::live::{LiveSnapshot, LiveStats};
 
 const REFRESH: Duration = Duration::from_millis(500);
 

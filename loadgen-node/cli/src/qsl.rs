@@ -8,8 +8,8 @@ use std::sync::RwLock;
 
 use bytes::Bytes;
 use compression::{CodecSpec, SampleCodec};
-use loadgen::sut::SutError;
-use loadgen::{QuerySampleIndex, QuerySampleLibrary};
+use loadgen_engine::sut::SutError;
+use loadgen_engine::{QuerySampleIndex, QuerySampleLibrary};
 use proto::Codec;
 use qdl::StoredSample;
 

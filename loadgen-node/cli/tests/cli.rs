@@ -10,7 +10,7 @@ fn bin() -> Command {
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/conformance")
+        .join("../engine/tests/data/conformance")
         .join(case)
 }
 

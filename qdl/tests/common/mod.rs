@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use compression::{CodecKind, CodecSpec};
-use loadgen::null_sut::SizedQsl;
-use loadgen::runner::{start_test, LogSettings, TestOutcome};
-use loadgen::TestSettings;
+use loadgen_engine::null_sut::SizedQsl;
+use loadgen_engine::runner::{start_test, LogSettings, TestOutcome};
+use loadgen_engine::TestSettings;
 use proto::sut_node_server::{SutNode, SutNodeServer};
 use proto::{
     to_node, Codec, FirstToken, FromNode, HealthReply, HealthRequest, NameReply, NameRequest,

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use loadgen::config::ConfigFile;
-use loadgen::null_sut::{NullAnswer, NullSut, SizedQsl};
-use loadgen::runner::{start_test, AuditConfig, LogSettings};
-use loadgen::TestSettings;
+use loadgen_engine::config::ConfigFile;
+use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
+use loadgen_engine::runner::{start_test, AuditConfig, LogSettings};
+use loadgen_engine::TestSettings;
 use serde_json::Value;
 
 fn cases() -> Vec<PathBuf> {
@@ -197,8 +197,10 @@ fn reference_runs_replay_exactly() {
         } else {
             // Accuracy runs: the whole summary is the footer; ours lacks the
             // C++ logger's allocation warnings.
-            let expected =
-                loadgen::summary::footer(count_warnings(&theirs) - allocation_warnings as u64, 0);
+            let expected = loadgen_engine::summary::footer(
+                count_warnings(&theirs) - allocation_warnings as u64,
+                0,
+            );
             assert_eq!(ours, expected, "{name}: summary differs");
         }
         if theirs.contains("MLPerf Results Summary") {

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use loadgen::fmt::g6;
-use loadgen::loadable::{generate_loadable_sets, LoadableSet};
-use loadgen::querygen::{QueryGenerator, RunKind};
-use loadgen::{EffectiveSettings, Scenario, TestMode, TestSettings};
+use loadgen_engine::fmt::g6;
+use loadgen_engine::loadable::{generate_loadable_sets, LoadableSet};
+use loadgen_engine::querygen::{QueryGenerator, RunKind};
+use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use serde_json::Value;
 
 fn conformance_dir() -> PathBuf {

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::thread::{self, JoinHandle};
 
-use loadgen::null_sut::SizedQsl;
-use loadgen::runner::{start_test, LogSettings, TestOutcome};
-use loadgen::sut::SutError;
-use loadgen::{
+use loadgen_engine::null_sut::SizedQsl;
+use loadgen_engine::runner::{start_test, LogSettings, TestOutcome};
+use loadgen_engine::sut::SutError;
+use loadgen_engine::{
     Completer, QuerySample, QuerySampleResponse, Scenario, SystemUnderTest, TestMode, TestSettings,
 };
 use serde_json::Value;

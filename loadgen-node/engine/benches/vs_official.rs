@@ -2,7 +2,7 @@
 //! LoadGen (`mlcommons-loadgen` from PyPI) with a Python null SUT
 //! (`official_null_sut.py`), on the same settings, side by side.
 //!
-//! Run with `cargo bench -p loadgen --bench vs_official`. Environment:
+//! Run with `cargo bench -p loadgen-engine --bench vs_official`. Environment:
 //!
 //! | variable                   | default            | meaning                                   |
 //! |----------------------------|--------------------|-------------------------------------------|
@@ -36,9 +36,9 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use loadgen::null_sut::{NullSut, SizedQsl};
-use loadgen::runner::{start_test, LogSettings};
-use loadgen::{Scenario, TestMode, TestSettings};
+use loadgen_engine::null_sut::{NullSut, SizedQsl};
+use loadgen_engine::runner::{start_test, LogSettings};
+use loadgen_engine::{Scenario, TestMode, TestSettings};
 use serde_json::Value;
 
 const OFFICIAL_VERSION: &str = "6.0.17";
@@ -83,7 +83,7 @@ fn main() -> Result<()> {
     // `cargo test --all-targets` runs bench binaries without `--bench`: skip
     // the minutes-long measurement there.
     if !args.iter().any(|a| a == "--bench") {
-        println!("vs_official: run with `cargo bench -p loadgen --bench vs_official`");
+        println!("vs_official: run with `cargo bench -p loadgen-engine --bench vs_official`");
         return Ok(());
     }
     let started = Instant::now();
@@ -709,9 +709,9 @@ fn node_binary(cfg: &Config) -> Result<PathBuf> {
         .parent()
         .context("unexpected bench binary location; set LOADGEN_NODE_BIN")?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("  building loadgen-node (cargo build --release -p loadgen-node)");
+    eprintln!("  building loadgen-node (cargo build --release -p loadgen-cli)");
     let status = Command::new(&cargo)
-        .args(["build", "--release", "--quiet", "-p", "loadgen-node"])
+        .args(["build", "--release", "--quiet", "-p", "loadgen-cli"])
         .arg("--target-dir")
         .arg(target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -719,7 +719,7 @@ fn node_binary(cfg: &Config) -> Result<PathBuf> {
         .with_context(|| format!("cannot run {cargo}"))?;
     ensure!(
         status.success(),
-        "cargo build --release -p loadgen-node failed ({status}); build it yourself and set LOADGEN_NODE_BIN"
+        "cargo build --release -p loadgen-cli failed ({status}); build it yourself and set LOADGEN_NODE_BIN"
     );
     Ok(profile_dir.join("loadgen-node"))
 }

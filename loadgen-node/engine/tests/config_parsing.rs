@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use loadgen::config::{apply_audit, ConfKind, ConfigError, ConfigFile, SettingsSources};
-use loadgen::detail::LogValue;
-use loadgen::settings_log::{effective_entries, requested_entries};
-use loadgen::{EffectiveSettings, Scenario, TestMode, TestSettings};
+use loadgen_engine::config::{apply_audit, ConfKind, ConfigError, ConfigFile, SettingsSources};
+use loadgen_engine::detail::LogValue;
+use loadgen_engine::settings_log::{effective_entries, requested_entries};
+use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use serde_json::{Map, Value};
 
 fn data_dir() -> PathBuf {

@@ -1,0 +1,432 @@
+//! One test run from the command line's flags: settings, data set, the SUT
+//! (the in-process null SUT or the QDL over the sut-nodes), the engine, and
+//! the result printed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::benchmarks;
+use crate::progress::Progress;
+use crate::qsl::{DataQsl, DataSource};
+use crate::tls::TlsArgs;
+use crate::verify;
+use anyhow::{bail, Context, Result};
+use compression::policy::{self, Division};
+use loadgen_engine::config::{self, ConfKind, ConfigFile, SettingsSources};
+use loadgen_engine::live::LiveStats;
+use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
+use loadgen_engine::runner::{start_test_with_live, AuditConfig, LogSettings, TestOutcome};
+use loadgen_engine::{QuerySampleLibrary, Scenario, TestMode, TestSettings};
+use qdl::{Codec, NodeAddr, Qdl, QdlConfig};
+
+/// The flags of one test run.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The system under test: a comma-separated list of sut-node addresses
+    /// (`host:port` or `grpc://host:port` for gRPC, `grpcs://host:port` for
+    /// gRPC over TLS, `quic://host:port` for QUIC; kinds may be mixed), or
+    /// `null` for the in-process null SUT that measures the harness itself.
+    #[arg(long, default_value = "null")]
+    pub sut: String,
+
+    /// Benchmark model name, as used by mlperf.conf keys (e.g. resnet50, bert,
+    /// llama2-70b, 3d-unet).
+    #[arg(long, default_value = "resnet50")]
+    pub model: String,
+
+    /// SingleStream, MultiStream, Server or Offline.
+    #[arg(long, default_value = "Offline")]
+    pub scenario: Scenario,
+
+    /// PerformanceOnly, AccuracyOnly, SubmissionRun or FindPeakPerformance.
+    /// Overrides any `mode` key of the config files.
+    #[arg(long)]
+    pub mode: Option<TestMode>,
+
+    /// mlperf.conf to use instead of the built-in 6.0.17 one (a new round's
+    /// seeds, say). Replaces the built-in file entirely.
+    #[arg(long, value_name = "MLPERF_CONF")]
+    pub conf: Option<PathBuf>,
+
+    /// user.conf with this system's settings (target_qps, target_latency...).
+    #[arg(long, value_name = "USER_CONF")]
+    pub user_conf: Option<PathBuf>,
+
+    /// Extra user.conf setting for this model and scenario, e.g.
+    /// `--set min_duration=1000 --set target_qps=5000`. Applied after
+    /// --user-conf. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+
+    /// Audit configuration of a compliance test (TEST01, TEST04, TEST06...).
+    /// Without it, ./audit.config is used when it exists.
+    #[arg(long, value_name = "FILE")]
+    pub audit_config: Option<PathBuf>,
+
+    /// Number of samples in the data set (default: the --dataset's files, or
+    /// the benchmark's data set size for the synthetic data set; 1024 with
+    /// the null SUT).
+    #[arg(long)]
+    pub total_sample_count: Option<usize>,
+
+    /// Number of samples the QSL holds in memory at once (default: the
+    /// benchmark's performance sample count, at most the total).
+    #[arg(long)]
+    pub performance_sample_count: Option<usize>,
+
+    /// Directory of preprocessed samples, one `.npy` file each (sample i is
+    /// the i-th file in name order). Without it, a synthetic data set with
+    /// the benchmark's real input size is used, so nothing is downloaded.
+    #[arg(long, value_name = "DIR")]
+    pub dataset: Option<PathBuf>,
+
+    /// Synthetic data set: bytes per sample instead of the benchmark's input
+    /// size (e.g. 64 to measure the harness rather than the network).
+    #[arg(long, value_name = "BYTES")]
+    pub sample_bytes: Option<usize>,
+
+    /// How samples are spread over the sut-nodes: least-outstanding,
+    /// round-robin, or weighted:W1,W2,... (one weight per node, in --sut order).
+    #[arg(long, default_value = "least-outstanding")]
+    pub dispatch: String,
+
+    /// Connections (gRPC or QUIC, each with one data stream) opened to every
+    /// sut-node.
+    #[arg(long, default_value_t = 2)]
+    pub connections_per_node: usize,
+
+    /// Threads of the QDL's network runtime [default: 2, or 1 on a host of
+    /// 2 cores or fewer, which leaves a core to the LoadGen's issuing
+    /// thread].
+    #[arg(long, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub qdl_threads: Option<usize>,
+
+    /// A sut-node with samples outstanding that sends nothing (no answer, no
+    /// heartbeat) for this many seconds ends the run as INVALID.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub node_timeout: f64,
+
+    /// A sut-node with samples outstanding that sends only heartbeats (no
+    /// answer, first token or error) for this many seconds ends the run as
+    /// INVALID: its backend is hung. 0: wait for ever.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    pub progress_timeout: f64,
+
+    /// After an accuracy run against `synthetic` sut-nodes, check that every
+    /// logged answer is the one for the sample issued under that id.
+    #[arg(long)]
+    pub verify_synthetic: bool,
+
+    /// Where the mlperf_log_* files go (created if missing).
+    #[arg(long, default_value = ".")]
+    pub output_dir: PathBuf,
+
+    /// Do not write mlperf_log_trace.json (it is large on long runs).
+    #[arg(long)]
+    pub no_trace: bool,
+
+    /// Null SUT only: answer like an LLM (first token, then tokens).
+    #[arg(long)]
+    pub null_tokens: bool,
+
+    /// Codec of the samples sent to the sut-nodes: none, zstd, zstd:LEVEL (1
+    /// to 22) or lz4. The QSL compresses each sample on its own when it loads
+    /// it (untimed); the nodes decode it inside their time. Refused for the
+    /// LLM benchmarks and stable-diffusion-xl unless --open-division.
+    #[arg(long, value_name = "CODEC", default_value = "none")]
+    pub input_codec: compression::CodecSpec,
+
+    /// An open-division run: lifts the closed and network divisions' rule
+    /// that LLM and stable-diffusion-xl inputs travel uncompressed.
+    #[arg(long)]
+    pub open_division: bool,
+
+    /// Largest answer (or first token) accepted from a sut-node once decoded,
+    /// in bytes: a compressed answer declaring or producing more ends the run
+    /// (INVALID) without being decoded.
+    #[arg(long, value_name = "BYTES", default_value_t = qdl::DEFAULT_MAX_ANSWER_BYTES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_answer_bytes: usize,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// Runs one test as the flags say and prints its result.
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    let division = match args.open_division {
+        true => Division::Open,
+        false => Division::Closed,
+    };
+    policy::check_input(&args.model, args.input_codec.kind, division).context("--input-codec")?;
+    let settings = resolve_settings(args)?;
+    let audit = audit_config(args.audit_config.as_deref())?;
+    let log_settings = LogSettings {
+        outdir: args.output_dir.clone(),
+        enable_trace: !args.no_trace,
+        ..LogSettings::default()
+    };
+    let live = Arc::new(LiveStats::default());
+
+    if args.sut == "null" {
+        let total = args.total_sample_count.unwrap_or(1024);
+        if total == 0 {
+            bail!("--total-sample-count must be at least 1");
+        }
+        let performance = args.performance_sample_count.unwrap_or(total);
+        let answer = if args.null_tokens {
+            NullAnswer::Tokens
+        } else {
+            NullAnswer::Index
+        };
+        let sut = NullSut::new("Null SUT", answer);
+        let qsl = SizedQsl::new(total, performance);
+        let outcome = {
+            let _progress = Progress::start(live.clone());
+            start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
+        };
+        report(&outcome);
+        return Ok(exit_code(&outcome, true));
+    }
+
+    let qsl = Arc::new(network_qsl(args)?);
+    let config = QdlConfig {
+        nodes: args
+            .sut
+            .split(',')
+            .map(|a| a.trim().parse::<NodeAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .context("--sut")?,
+        policy: args.dispatch.parse().context("--dispatch")?,
+        connections_per_node: args.connections_per_node.max(1),
+        model: args.model.clone(),
+        scenario: args.scenario.as_str().to_string(),
+        stall_timeout: Duration::try_from_secs_f64(args.node_timeout)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .context("--node-timeout must be a positive number of seconds")?,
+        progress_timeout: match args.progress_timeout {
+            0.0 => None,
+            secs => Some(
+                Duration::try_from_secs_f64(secs)
+                    .context("--progress-timeout must be a number of seconds, 0 or more")?,
+            ),
+        },
+        tls: args.tls.client_tls()?,
+        input_codec: Codec::from(qsl.input_codec().kind),
+        max_answer_bytes: args.max_answer_bytes,
+        io_threads: args.qdl_threads.unwrap_or_else(qdl::default_io_threads),
+        ..QdlConfig::default()
+    };
+    if args.tls.tls_insecure {
+        eprintln!(
+            "loadgen-node: warning: --tls-insecure: sut-node certificates are NOT verified; \
+             use it for development only (production: --tls-pin or --tls-ca)"
+        );
+    }
+    eprintln!(
+        "loadgen-node: data set {}; connecting to {} sut-node(s)",
+        qsl.name(),
+        config.nodes.len()
+    );
+    let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+    let outcome = {
+        let _progress = Progress::start(live.clone());
+        start_test_with_live(
+            &qdl,
+            qsl.as_ref(),
+            &settings,
+            &log_settings,
+            audit.as_ref(),
+            live,
+        )?
+    };
+    report(&outcome);
+    let mut verified = true;
+    if args.verify_synthetic {
+        verified = verify_synthetic(&outcome, qsl.source())?;
+    }
+    Ok(exit_code(&outcome, verified))
+}
+
+/// The QSL of a network run: the --dataset directory, or the benchmark's
+/// synthetic data set.
+fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
+    let bench = benchmarks::find(&args.model);
+    let source = match (&args.dataset, args.sample_bytes) {
+        (Some(dir), _) => {
+            DataSource::npy_dir(dir).map_err(|e| anyhow::anyhow!("--dataset: {e}"))?
+        }
+        (None, bytes) => {
+            let sample_bytes = match (bytes, bench) {
+                (Some(b), _) => b,
+                (None, Some(b)) => b.input_bytes,
+                (None, None) => bail!(
+                    "--model {}: not a benchmark this node knows ({}); give --dataset DIR or --sample-bytes N",
+                    args.model,
+                    benchmarks::names().join(", ")
+                ),
+            };
+            let total = args
+                .total_sample_count
+                .or(bench.map(|b| b.total_samples))
+                .unwrap_or(1024);
+            DataSource::Synthetic {
+                sample_bytes,
+                total,
+            }
+        }
+    };
+    if source.total() == 0 {
+        bail!("the data set has no samples");
+    }
+    if let (Some(n), DataSource::NpyDir { files, .. }) = (args.total_sample_count, &source) {
+        if n != files.len() {
+            bail!(
+                "--total-sample-count {n} but --dataset has {} .npy files",
+                files.len()
+            );
+        }
+    }
+    let performance = args
+        .performance_sample_count
+        .or(bench.map(|b| b.performance_samples))
+        .unwrap_or(source.total());
+    Ok(DataQsl::new(source, performance).with_input_codec(args.input_codec))
+}
+
+fn verify_synthetic(outcome: &TestOutcome, data: &DataSource) -> Result<bool> {
+    let verdict = verify::check(&outcome.accuracy_path, data)?;
+    if verdict.passed() {
+        println!(
+            "synthetic accuracy check: all {} logged answers match their samples",
+            verdict.checked
+        );
+        return Ok(true);
+    }
+    eprintln!(
+        "loadgen-node: synthetic accuracy check FAILED: {} of {} logged answers do not match",
+        verdict.mismatches.len(),
+        verdict.checked
+    );
+    for (seq, idx, why) in verdict.mismatches.iter().take(10) {
+        eprintln!("  seq_id {seq}, qsl_idx {idx}: {why}");
+    }
+    Ok(false)
+}
+
+/// 0: the run completed (VALID or not: the summary says); 2: the run failed
+/// (a node died, bad answers); 3: the synthetic accuracy check failed.
+fn exit_code(outcome: &TestOutcome, verified: bool) -> ExitCode {
+    if outcome.run_error.is_some() {
+        ExitCode::from(2)
+    } else if !verified {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
+    let sources = SettingsSources {
+        model: args.model.clone(),
+        scenario: args.scenario,
+        mlperf_conf: args.conf.clone(),
+        user_conf: args.user_conf.clone(),
+        mode: None,
+    };
+    let mut settings = sources.resolve()?;
+    if !args.set.is_empty() {
+        let mut text = String::new();
+        for kv in &args.set {
+            let Some((k, v)) = kv.split_once('=') else {
+                bail!("--set {kv}: expected KEY=VALUE, e.g. --set min_duration=1000");
+            };
+            let k = k.trim();
+            if config::MLPERF_CONF_KEYS.contains(&k) {
+                bail!("--set {kv}: `{k}` may only come from mlperf.conf; pass a whole file with --conf");
+            }
+            if !config::KEYS.contains(&k) {
+                bail!(
+                    "--set {kv}: unknown setting `{k}`; known settings: {}",
+                    config::KEYS.join(", ")
+                );
+            }
+            text.push_str(&format!(
+                "{}.{}.{} = {}\n",
+                args.model,
+                args.scenario,
+                k,
+                v.trim()
+            ));
+        }
+        let file = ConfigFile::parse("--set", &text).map_err(|errs| {
+            anyhow::anyhow!(errs
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"))
+        })?;
+        file.apply(
+            &mut settings,
+            &args.model,
+            args.scenario,
+            ConfKind::UserConf,
+        )?;
+    }
+    if let Some(mode) = args.mode {
+        settings.mode = mode;
+    }
+    Ok(settings)
+}
+
+fn audit_config(explicit: Option<&Path>) -> Result<Option<AuditConfig>> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let p = PathBuf::from("audit.config");
+            if !p.exists() {
+                return Ok(None);
+            }
+            eprintln!("loadgen-node: using ./audit.config from the working directory (as the official LoadGen does)");
+            p
+        }
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read audit config {}", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file = ConfigFile::parse(&path.display().to_string(), &text).map_err(|errs| {
+        anyhow::anyhow!(errs
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"))
+    })?;
+    Ok(Some(AuditConfig { name, file }))
+}
+
+fn report(outcome: &TestOutcome) {
+    if let Some(p) = &outcome.performance {
+        print!("{}", p.summary);
+    }
+    if let Some(e) = &outcome.run_error {
+        eprintln!("loadgen-node: the run failed: {e}");
+    }
+    println!(
+        "\n{} warning(s), {} error(s); {} accuracy-log entries. Logs: {}",
+        outcome.warnings,
+        outcome.errors,
+        outcome.accuracy_entries,
+        outcome
+            .detail_path
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+}
