@@ -64,13 +64,25 @@ impl RunState {
     }
 
     /// Called by `issue_query`: keeps `completer` if none is kept yet. False
-    /// when the run has failed; `completer` has then been aborted.
+    /// when the run has failed, or `completer` belongs to another test than
+    /// the kept one; `completer` has then been aborted.
     pub(crate) fn attach(&self, completer: &Completer) -> bool {
-        if self.completer.get().is_none() {
-            let _ = self.completer.set(completer.clone());
-            // Pairs with the fence in `fail`: a failure racing with the first
-            // query either sees the Completer or is seen below.
-            fence(Ordering::SeqCst);
+        match self.completer.get() {
+            None => {
+                let _ = self.completer.set(completer.clone());
+                // Pairs with the fence in `fail`: a failure racing with the
+                // first query either sees the Completer or is seen below.
+                fence(Ordering::SeqCst);
+            }
+            // The receive tasks complete into the first test's Completer
+            // only: refuse a second test rather than leave it waiting.
+            Some(kept) if !kept.same_test(completer) => {
+                completer.abort(
+                    "the network SUT serves one test only: connect a new Qdl for each test".into(),
+                );
+                return false;
+            }
+            Some(_) => {}
         }
         if self.failed.load(Ordering::SeqCst) {
             if let Some(reason) = self.failure.get() {

@@ -81,19 +81,97 @@ struct Shared {
 /// Handle through which a SUT completes samples. Cheap to clone; usable from
 /// any thread.
 #[derive(Clone)]
-pub struct Completer {
-    shared: Arc<Shared>,
+pub struct Completer(Target);
+
+#[derive(Clone)]
+enum Target {
+    /// This engine's completion ring.
+    Ring(Ring),
+    /// Another LoadGen (the official one, through its own entry points).
+    Sink(Arc<dyn CompletionSink>),
+}
+
+/// Where a [`Completer`] forwards completions when a LoadGen other than this
+/// engine runs the test, so that a SUT written against this crate (the QDL)
+/// can serve that LoadGen unchanged.
+pub trait CompletionSink: Send + Sync {
+    fn query_samples_complete(&self, responses: &[QuerySampleResponse<'_>]);
+    fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]);
+    /// The SUT cannot go on: the sink must end the test promptly, with
+    /// `reason` on record.
+    fn abort(&self, reason: String);
 }
 
 impl std::fmt::Debug for Completer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Completer")
-            .field("capacity", &self.shared.slots.len())
-            .finish()
+        match &self.0 {
+            Target::Ring(r) => f
+                .debug_struct("Completer")
+                .field("capacity", &r.shared.slots.len())
+                .finish(),
+            Target::Sink(_) => f.write_str("Completer(sink)"),
+        }
     }
 }
 
 impl Completer {
+    /// A Completer that hands every call to `sink`.
+    pub fn to_sink(sink: Arc<dyn CompletionSink>) -> Self {
+        Self(Target::Sink(sink))
+    }
+
+    /// Records that every response in `responses` is done.
+    #[inline]
+    pub fn query_samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        match &self.0 {
+            Target::Ring(r) => r.query_samples_complete(responses),
+            Target::Sink(s) => s.query_samples_complete(responses),
+        }
+    }
+
+    /// Records the first token of each response (TTFT).
+    pub fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        match &self.0 {
+            Target::Ring(r) => r.first_token_complete(responses),
+            Target::Sink(s) => s.first_token_complete(responses),
+        }
+    }
+
+    /// Ends the run promptly: the issuer stops issuing and stops waiting, and
+    /// the result is INVALID with this reason. The first reason wins.
+    pub fn abort(&self, reason: String) {
+        match &self.0 {
+            Target::Ring(r) => r.abort(reason),
+            Target::Sink(s) => s.abort(reason),
+        }
+    }
+}
+
+impl Completer {
+    /// Whether both handles complete into the same test.
+    pub fn same_test(&self, other: &Completer) -> bool {
+        match (&self.0, &other.0) {
+            (Target::Ring(a), Target::Ring(b)) => Arc::ptr_eq(&a.shared, &b.shared),
+            (Target::Sink(a), Target::Sink(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl From<Ring> for Completer {
+    fn from(r: Ring) -> Self {
+        Self(Target::Ring(r))
+    }
+}
+
+/// The engine's side of completions: a fixed ring of slots the issuing
+/// thread fills and completing threads claim. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Ring {
+    shared: Arc<Shared>,
+}
+
+impl Ring {
     /// Must be created on the issuing thread: it is the one woken up by
     /// completions.
     pub(crate) fn new(
@@ -118,9 +196,9 @@ impl Completer {
         }
     }
 
-    /// Records that every response in `responses` is done. One timestamp is
-    /// taken for the whole call, as upstream does.
-    pub fn query_samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+    /// One timestamp is taken for the whole call, as the official LoadGen
+    /// does.
+    fn query_samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         let s = &*self.shared;
         let now = s.clock.now_ns();
         let mut batch = Vec::with_capacity(responses.len().min(CHUNK));
@@ -153,8 +231,7 @@ impl Completer {
         }
     }
 
-    /// Records the first token of each response (TTFT).
-    pub fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+    fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         let s = &*self.shared;
         let now = s.clock.now_ns();
         for r in responses {
@@ -191,9 +268,7 @@ impl Completer {
         }
     }
 
-    /// Ends the run promptly: the issuer stops issuing and stops waiting, and
-    /// the result is INVALID with this reason. The first reason wins.
-    pub fn abort(&self, reason: String) {
+    fn abort(&self, reason: String) {
         let s = &*self.shared;
         if let Ok(mut r) = s.abort_reason.lock() {
             if r.is_none() {

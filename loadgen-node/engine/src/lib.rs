@@ -28,7 +28,7 @@ pub mod summary;
 pub mod sut;
 pub mod trace;
 
-pub use completion::Completer;
+pub use completion::{Completer, CompletionSink};
 pub use settings::{EffectiveSettings, Scenario, TestMode, TestSettings};
 pub use sut::{
     QuerySample, QuerySampleIndex, QuerySampleLibrary, QuerySampleResponse, ResponseId,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::accuracy_log::AccuracyLog;
 use crate::aggregator::{Aggregator, Control, LatencyBounds, SeriesConfig, SeriesData};
 use crate::clock::{self, MonoClock};
-use crate::completion::{Completer, Event};
+use crate::completion::{Completer, Event, Ring};
 use crate::config::{self, ConfigFile};
 use crate::detail::{DetailLog, Location, LogValue};
 use crate::fmt::fixed6;
@@ -239,7 +239,7 @@ struct Test<'a> {
     detail_path: PathBuf,
     summary_out: BufWriter<File>,
     summary_path: PathBuf,
-    completer: Option<Completer>,
+    completer: Option<Ring>,
     events: mpsc::Sender<Event>,
     enable_trace: bool,
     /// Sample and query sequence ids run on across series and phases.
@@ -343,7 +343,7 @@ impl<'a> Test<'a> {
         }
 
         let capacity = ring_capacity(&eff);
-        self.completer = Some(Completer::new(
+        self.completer = Some(Ring::new(
             self.clock,
             capacity,
             self.events.clone(),
@@ -375,7 +375,7 @@ impl<'a> Test<'a> {
         self.log("loadgen_file_sha1", LogValue::Map(Vec::new()), here!())
     }
 
-    fn completer(&self) -> Completer {
+    fn completer(&self) -> Ring {
         // Set before any phase runs.
         self.completer
             .clone()
@@ -673,6 +673,8 @@ impl<'a> Test<'a> {
         self.detail.flush().map_err(io_err(&self.detail_path))?;
 
         let completer = self.completer();
+        // The SUT's handle on the same ring.
+        let handle = Completer::from(completer.clone());
         let accuracy = kind == RunKind::Accuracy;
         let scenario = eff.scenario;
         let sampling = AccuracySampling::new(eff, accuracy);
@@ -789,7 +791,7 @@ impl<'a> Test<'a> {
                 }
             }
 
-            self.sut.issue_query(&samples, &completer);
+            self.sut.issue_query(&samples, &handle);
             self.issued_total += samples.len() as u64;
             self.live
                 .set_issued(self.issued_total - series_first_completion);
@@ -893,7 +895,7 @@ impl<'a> Test<'a> {
     #[inline]
     fn publish(
         &mut self,
-        completer: &Completer,
+        completer: &Ring,
         sampling: &AccuracySampling,
         indices: &[usize],
         scheduled: i64,
@@ -1012,7 +1014,7 @@ fn stop_rule(
 /// SUT, so it sleeps only while far away and yields for the last stretch:
 /// yielding rather than spinning leaves the core to the SUT's threads when
 /// they have work (a LoadGen node shares its cores with the QDL).
-fn wait_until(completer: &Completer, due: i64) -> i64 {
+fn wait_until(completer: &Ring, due: i64) -> i64 {
     const SLEEP_MARGIN_NS: i64 = 4_000_000;
     let clock = completer.clock();
     loop {
