@@ -20,6 +20,7 @@
 mod config;
 mod conn;
 mod error;
+mod foreign;
 mod policy;
 mod report;
 mod transport;
@@ -43,6 +44,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub use config::{default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES};
 pub use conn::{decode_output, Counters};
 pub use error::QdlError;
+pub use foreign::{ForeignLoadGen, ForeignSut};
 pub use policy::DispatchPolicy;
 pub use proto::Codec;
 
@@ -426,18 +428,35 @@ impl SystemUnderTest for Qdl {
     }
 }
 
-impl Drop for Qdl {
+impl Qdl {
+    /// Closes the sessions as dropping does, but leaves the network threads
+    /// running (idle) until the process exits, for a foreign LoadGen that
+    /// must not see the threads that completed its samples exit.
+    pub(crate) fn close_keeping_threads(mut self) {
+        self.close();
+        std::mem::forget(self.runtime.0.take());
+    }
+
     /// Ends every data stream and waits (briefly) for the nodes to end
     /// theirs, so both sides see a clean close rather than a reset.
-    fn drop(&mut self) {
+    fn close(&mut self) {
         self.run.begin_close();
         self.queues.clear();
         let tasks = std::mem::take(&mut self.tasks);
-        let _ = block_on_timeout(self.runtime.get(), CLOSE_GRACE, async move {
+        let Some(runtime) = self.runtime.0.as_ref() else {
+            return; // closed already, its threads kept
+        };
+        let _ = block_on_timeout(runtime, CLOSE_GRACE, async move {
             for t in tasks {
                 let _ = t.await;
             }
         });
+    }
+}
+
+impl Drop for Qdl {
+    fn drop(&mut self) {
+        self.close();
         // The runtime itself goes with `self.runtime`, after this.
     }
 }
