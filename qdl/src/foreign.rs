@@ -175,6 +175,12 @@ impl ForeignSut {
         self.qdl.flush_queries();
     }
 
+    /// Ends the run (as a failing node does): every outstanding and later
+    /// sample is completed at once; the first reason is kept.
+    pub fn fail(&self, reason: String) {
+        self.tracker.abort(reason);
+    }
+
     /// Why the run failed, if it did.
     pub fn failure(&self) -> Option<&str> {
         self.tracker.failure.get().map(String::as_str)

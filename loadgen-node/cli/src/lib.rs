@@ -5,6 +5,8 @@
 
 pub mod benchmarks;
 pub mod npy;
+#[cfg(feature = "official-loadgen")]
+mod official;
 pub mod progress;
 pub mod qsl;
 pub mod run;

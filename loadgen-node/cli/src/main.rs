@@ -13,14 +13,24 @@ use loadgen_cli::run::{run, RunArgs};
 /// --conf), --user-conf, --set, --mode/--scenario, and an audit.config
 /// (--audit-config, or ./audit.config when present, as the official LoadGen).
 #[derive(Parser, Debug)]
-#[command(name = "loadgen-node", version, about)]
+#[command(name = "loadgen-node", about, disable_version_flag = true)]
 struct Cli {
+    /// Print the version of loadgen-node and of each engine (for the
+    /// official LoadGen: its version and whether its source tree is the
+    /// released one).
+    #[arg(long, short = 'V')]
+    version: bool,
+
     #[command(flatten)]
     run: RunArgs,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.version {
+        print!("{}", loadgen_cli::run::versions());
+        return ExitCode::SUCCESS;
+    }
     match run(&cli.run) {
         Ok(code) => code,
         Err(e) => {
