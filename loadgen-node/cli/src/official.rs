@@ -105,7 +105,9 @@ fn tree_matches() -> bool {
 }
 
 /// Hands the QDL's answers to the official LoadGen.
-struct OfficialLoadGen;
+struct OfficialLoadGen {
+    output_dir: PathBuf,
+}
 
 fn to_c(responses: &[QuerySampleResponse<'_>]) -> Vec<Response> {
     responses
@@ -131,6 +133,20 @@ impl ForeignLoadGen for OfficialLoadGen {
         let c = to_c(responses);
         // SAFETY: as above.
         unsafe { lgn_first_tokens_complete(c.as_ptr(), c.len()) }
+    }
+
+    /// The official LoadGen cannot be stopped (it issues until its minimum
+    /// duration and query count are met, ten minutes and more in a real
+    /// run), so a failed run ends the process now, its logs set aside.
+    fn failed(&self, reason: &str) {
+        eprintln!("loadgen-node: the run failed: {reason}");
+        if let Err(e) = mark_failed(&self.output_dir, reason) {
+            eprintln!("loadgen-node: {e:#}");
+        }
+        let _ = std::io::stdout().flush();
+        // SAFETY: _exit ends the process at once, without running the
+        // official LoadGen's static destructors while its threads still run.
+        unsafe { libc::_exit(2) }
     }
 }
 
@@ -308,7 +324,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             config.nodes.len()
         );
         let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
-        let sut = ForeignSut::new(qdl, Arc::new(OfficialLoadGen));
+        let official = OfficialLoadGen {
+            output_dir: args.output_dir.clone(),
+        };
+        let sut = ForeignSut::new(qdl, Arc::new(official));
         let data = qsl.source().clone();
         (
             Harness {
@@ -367,31 +386,26 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     if let Ok(text) = std::fs::read_to_string(&summary) {
         print!("{text}");
     }
+    // A failed run never gets here: `OfficialLoadGen::failed` ended the
+    // process.
     let Harness { sut, .. } = harness;
-    let mut failure = None;
     if let Some(sut) = sut {
-        failure = sut.failure().map(str::to_owned);
         println!("\nNetwork SUT (not part of the official logs):");
         for (k, v) in sut.qdl().report() {
             println!("  {k}: {v}");
         }
         sut.finish();
     }
-    if let Some(reason) = &failure {
-        eprintln!("loadgen-node: the run failed: {reason}");
-        mark_failed(&args.output_dir, reason)?;
-    }
     let mut verified = true;
-    if let (true, None, Some(data)) = (args.verify_synthetic, &failure, &data) {
+    if let (true, Some(data)) = (args.verify_synthetic, &data) {
         verified = run::verify_synthetic(&args.output_dir.join("mlperf_log_accuracy.json"), data)?;
     }
     let _ = std::io::stdout().flush();
-    Ok(run::exit_code(failure.is_some(), verified))
+    Ok(run::exit_code(false, verified))
 }
 
-/// After a failed run the official LoadGen's logs may still read VALID (the
-/// QDL completed the stranded samples to end the test): they are renamed so
-/// that no tool takes them for a result, and the reason is written beside.
+/// The logs of a failed run (complete or not) are renamed so that no tool
+/// takes them for a result, and the reason is written beside them.
 fn mark_failed(dir: &Path, reason: &str) -> Result<()> {
     for name in [
         "mlperf_log_summary.txt",
