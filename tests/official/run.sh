@@ -34,5 +34,6 @@ target/debug/loadgen-node --version | grep -q "DOES NOT MATCH.*loadgen.cc differ
     || { echo "FAILED: the altered file is not reported:" >&2; target/debug/loadgen-node --version >&2; exit 1; }
 echo "ok: a tree with an altered file is reported, naming it"
 
+cargo clippy -p loadgen-cli -p tests --features tests/official-loadgen --all-targets -- -D warnings
 cargo build --bins -p loadgen-cli -p sut-node --features loadgen-cli/official-loadgen
 cargo test -p tests --features official-loadgen --test official "$@"
