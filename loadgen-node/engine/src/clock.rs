@@ -37,7 +37,7 @@ fn broken_down(t: SystemTime, local: bool) -> (libc::tm, u32) {
     (tm, d.subsec_millis())
 }
 
-/// `test_datetime`: local time followed by a literal `Z`, as upstream does.
+/// `test_datetime`: local time followed by a literal `Z`, as the official LoadGen does.
 pub fn test_datetime(t: SystemTime) -> String {
     let (tm, _) = broken_down(t, true);
     format!(

@@ -1,10 +1,10 @@
-//! Per-series measurements and the performance result (spec §10): metrics,
-//! validity with upstream's reasons, and the result records of the detail
+//! Per-series measurements and the performance result (`results.cc`, `PerformanceSummary`): metrics,
+//! validity with the official LoadGen's reasons, and the result records of the detail
 //! log. Plain arithmetic on what a series measured; no clock, no I/O.
 
 use crate::detail::LogValue;
 use crate::early_stopping::{self, EarlyStopping};
-use crate::fmt::fixed2;
+use crate::number_format::fixed2;
 use crate::settings::{EffectiveSettings, Scenario};
 use crate::stats::LatencyHistogram;
 use crate::summary;
@@ -36,7 +36,7 @@ pub struct PerformanceReport {
     pub perf_constraints_met: bool,
     /// The summary text without its warning/error footer.
     pub summary: String,
-    /// The result records of the detail log, in upstream's order.
+    /// The result records of the detail log, in the official LoadGen's order.
     pub detail: Vec<(String, LogValue)>,
 }
 
@@ -72,7 +72,7 @@ impl Results<'_> {
         ns as f64 / 1e9
     }
 
-    /// `count / seconds`, or 0 for a series that measured nothing (upstream
+    /// `count / seconds`, or 0 for a series that measured nothing (the official LoadGen
     /// would log NaN or infinity, which no JSON reader accepts).
     fn rate(count: f64, seconds: f64) -> f64 {
         if seconds > 0.0 {
@@ -492,7 +492,7 @@ fn detail_records(r: &Results<'_>) -> Vec<(String, LogValue)> {
                 "result_token_throughput_with_loadgen_overhead".into(),
                 r.tokens_per_second_with_overhead().into(),
             );
-            // Upstream divides by the mean latency in ns here, not in s.
+            // The official LoadGen divides by the mean latency in ns here, not in s.
             let mean_ns_total = s.mean() as f64 * r.sample_count as f64;
             put(
                 "result_token_throughput".into(),

@@ -1,5 +1,5 @@
 //! `start_test`: runs a whole test against a SUT and a QSL and writes the
-//! four MLPerf logs (spec §3, §8, §9).
+//! four MLPerf logs (`loadgen.cc`: `StartTest`, `RunPerformanceMode`, `RunAccuracyMode`, `FindPeakPerformanceMode`, `IssueQueries`).
 //!
 //! The issuing loop is the only timed code here: take the next generated
 //! query, wait until it is due, publish its samples, hand them to the SUT,
@@ -18,10 +18,10 @@ use crate::clock::{self, MonoClock};
 use crate::completion::{Completer, Event, Ring};
 use crate::config::{self, ConfigFile};
 use crate::detail::{DetailLog, Location, LogValue};
-use crate::fmt::fixed6;
 use crate::here;
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
+use crate::number_format::fixed6;
 use crate::querygen::{QueryGenerator, RunKind};
 use crate::results::{build_report, PerformanceReport, SeriesMeasurements};
 use crate::rng::Mt19937;
@@ -31,7 +31,7 @@ use crate::summary::{self, BANNER};
 use crate::sut::{QuerySample, QuerySampleLibrary, SystemUnderTest};
 use crate::trace::TraceLog;
 
-/// Where and how the logs are written (spec §2.2).
+/// Where and how the logs are written (`test_settings.h`, `LogSettings`).
 #[derive(Clone, Debug)]
 pub struct LogSettings {
     pub outdir: PathBuf,
@@ -53,7 +53,7 @@ impl Default for LogSettings {
     }
 }
 
-/// An audit configuration to apply at test start (spec §4.7).
+/// An audit configuration to apply at test start (`loadgen.cc`, `StartTest`: applied with model `*`).
 pub struct AuditConfig {
     /// Shown in the "Found Audit Config file" warning.
     pub name: String,
@@ -149,7 +149,7 @@ pub fn start_test_with_live(
     let summary_out = create(&summary_path)?;
     let detail_out = create(&detail_path)?;
     let accuracy_out = create(&accuracy_path)?;
-    // Created even without tracing, as upstream does.
+    // Created even without tracing, as the official LoadGen does.
     let trace_out = create(&trace_path)?;
 
     let clock = MonoClock::start();
@@ -246,8 +246,9 @@ struct Test<'a> {
     next_seq: u64,
     next_query_seq: u64,
     issued_total: u64,
-    /// Upstream's default-seeded accuracy-log stream: one draw per generated
-    /// sample over the whole test (spec §5.3).
+    /// The official LoadGen's default-seeded accuracy-log stream
+    /// (`issue_query_controller.h`, `NextAccLogRng`): one draw per generated
+    /// sample over the whole test.
     acc_value_rng: Mt19937,
     sut_name: String,
     run_error: Option<String>,
@@ -489,7 +490,7 @@ impl<'a> Test<'a> {
             final_query_issued_ns: outcome.final_query_issued_ns,
             final_query_all_samples_done_ns: d.final_query_done_ns.unwrap_or(d.last_completed_ns),
         };
-        // Upstream asks the SUT for its name again when it builds the summary;
+        // The official LoadGen asks the SUT for its name again when it builds the summary;
         // a failed run keeps the name it has, as the SUT may be unreachable.
         let name = match self.run_error {
             None => self.sut.name().unwrap_or_else(|_| self.sut_name.clone()),
@@ -531,7 +532,7 @@ impl<'a> Test<'a> {
         Ok(())
     }
 
-    /// FindPeakPerformance (spec §9.4): widen, then bisect the Server QPS.
+    /// FindPeakPerformance (`loadgen.cc`, `FindPeakPerformanceMode`, `FindBoundaries`, `FindPeakPerformanceBinarySearch`): widen, then bisect the Server QPS.
     fn find_peak(&mut self, eff: &EffectiveSettings) -> Result<(), RunError> {
         if eff.scenario != Scenario::Server {
             return self.log(
@@ -813,7 +814,7 @@ impl<'a> Test<'a> {
         }
 
         // Queries generated but never issued still consume sequence ids and
-        // accuracy-log draws, as in upstream's pre-generated list.
+        // accuracy-log draws, as in the official LoadGen's pre-generated list.
         if let Some(o) = lookahead {
             let _ = o;
             generated_queries += 1;
@@ -922,7 +923,7 @@ impl<'a> Test<'a> {
     }
 }
 
-/// Which samples go to the accuracy log (spec §11).
+/// Which samples go to the accuracy log (`loadgen.cc`, `IssueQueries`: `accuracy_log_sampling_target`, `accuracy_log_probability`).
 struct AccuracySampling {
     all: bool,
     offset: f64,
@@ -967,7 +968,7 @@ struct StopMessage {
 }
 
 /// The stop rules checked after each IssueQuery of a performance series
-/// (spec §8.2). `completed` is only evaluated when needed.
+/// (`issue_query_controller.cc`, `IssueQueriesInternal`). `completed` is only evaluated when needed.
 fn stop_rule(
     eff: &EffectiveSettings,
     issued: u64,
