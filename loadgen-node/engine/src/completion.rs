@@ -12,8 +12,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
+use crate::aggregator::{Completed, Event};
 use crate::clock::MonoClock;
-use crate::sut::{QuerySampleIndex, QuerySampleResponse, ResponseId};
+use crate::sample::{QuerySampleIndex, QuerySampleResponse, ResponseId};
 
 /// Completion records are sent in chunks of this many, so that a huge Offline
 /// completion call does not build one huge message.
@@ -36,33 +37,6 @@ const LOG: u64 = 2;
 
 fn tag_seq(tag: u64) -> u64 {
     tag >> 2
-}
-
-/// One completed sample, as the aggregator receives it.
-#[derive(Debug)]
-pub(crate) struct Completed {
-    pub seq: u64,
-    pub query_seq: u64,
-    pub index: QuerySampleIndex,
-    pub scheduled_ns: i64,
-    pub issued_ns: i64,
-    pub completed_ns: i64,
-    pub first_token_ns: Option<i64>,
-    pub n_tokens: i64,
-    /// The response bytes, copied only when the sample is accuracy-logged.
-    pub data: Option<Box<[u8]>>,
-}
-
-/// Messages from completing threads (and the runner) to the aggregator.
-pub(crate) enum Event {
-    Completed(Vec<Completed>),
-    FirstToken {
-        seq: u64,
-        at_ns: i64,
-        data: Option<Box<[u8]>>,
-    },
-    Error(String),
-    Control(crate::aggregator::Control),
 }
 
 struct Shared {

@@ -7,7 +7,6 @@ use crate::early_stopping::{self, EarlyStopping};
 use crate::number_format::fixed2;
 use crate::settings::{EffectiveSettings, Scenario};
 use crate::stats::LatencyHistogram;
-use crate::summary;
 
 /// The fixed percentiles every report lists.
 pub const PERCENTILES: [f64; 6] = [0.50, 0.90, 0.95, 0.97, 0.99, 0.999];
@@ -26,18 +25,6 @@ pub struct SeriesMeasurements {
     pub final_query_scheduled_ns: i64,
     pub final_query_issued_ns: i64,
     pub final_query_all_samples_done_ns: i64,
-}
-
-/// A performance result, ready to be written.
-#[derive(Clone, Debug)]
-pub struct PerformanceReport {
-    pub valid: bool,
-    /// Server latency bound(s) held; always true elsewhere.
-    pub perf_constraints_met: bool,
-    /// The summary text without its warning/error footer.
-    pub summary: String,
-    /// The result records of the detail log, in the official LoadGen's order.
-    pub detail: Vec<(String, LogValue)>,
 }
 
 /// Everything the summary and the detail records print.
@@ -157,22 +144,6 @@ impl Results<'_> {
 
     pub fn has_perf_constraints(&self) -> bool {
         self.eff.scenario == Scenario::Server
-    }
-}
-
-/// Computes the result of a performance series.
-pub fn build_report(
-    eff: &EffectiveSettings,
-    m: &SeriesMeasurements,
-    sut_name: &str,
-    run_error: Option<&str>,
-) -> PerformanceReport {
-    let r = evaluate(eff, m, sut_name, run_error);
-    PerformanceReport {
-        valid: r.valid,
-        perf_constraints_met: r.perf_constraints_met,
-        summary: summary::render(&r),
-        detail: detail_records(&r),
     }
 }
 
@@ -325,7 +296,7 @@ pub(crate) fn percentile_label(p: f64) -> String {
     fixed2(p * 100.0)
 }
 
-fn detail_records(r: &Results<'_>) -> Vec<(String, LogValue)> {
+pub(crate) fn detail_records(r: &Results<'_>) -> Vec<(String, LogValue)> {
     let eff = r.eff;
     let m = r.m;
     let mut d: Vec<(String, LogValue)> = Vec::new();
