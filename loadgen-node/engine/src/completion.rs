@@ -415,8 +415,11 @@ mod tests {
             .query_samples_complete(&[QuerySampleResponse::new(id, &[id as u8])]);
     }
 
-    /// (completed seqs with their index and data, error messages), in order.
-    fn drain(rx: &mpsc::Receiver<Event>) -> (Vec<(u64, usize, Vec<u8>)>, Vec<String>) {
+    /// A completed sample as the tests compare it: (seq, index, data).
+    type Done = (u64, usize, Vec<u8>);
+
+    /// (completed samples, error messages), in order.
+    fn drain(rx: &mpsc::Receiver<Event>) -> (Vec<Done>, Vec<String>) {
         let (mut done, mut errors) = (Vec::new(), Vec::new());
         while let Ok(e) = rx.try_recv() {
             match e {
