@@ -10,10 +10,9 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::{self, Thread};
-use std::time::Duration;
 
 use crate::aggregator::{Completed, Event};
-use crate::clock::MonoClock;
+use crate::clock::Clock;
 use crate::sample::{QuerySampleIndex, QuerySampleResponse, ResponseId};
 
 /// Completion records are sent in chunks of this many, so that a huge Offline
@@ -40,7 +39,7 @@ fn tag_seq(tag: u64) -> u64 {
 }
 
 struct Shared {
-    clock: MonoClock,
+    clock: Arc<dyn Clock>,
     slots: Box<[Slot]>,
     completed: AtomicU64,
     waiting: AtomicBool,
@@ -149,7 +148,7 @@ impl Ring {
     /// Must be created on the issuing thread: it is the one woken up by
     /// completions.
     pub(crate) fn new(
-        clock: MonoClock,
+        clock: Arc<dyn Clock>,
         capacity: usize,
         events: mpsc::Sender<Event>,
         trace_first_tokens: bool,
@@ -292,10 +291,6 @@ impl Ring {
 
     // ---- issuing side (engine only) ----
 
-    pub(crate) fn clock(&self) -> &MonoClock {
-        &self.shared.clock
-    }
-
     /// Fills the slot of sample `seq`; returns its response id. Waits while
     /// the slot still holds an unfinished sample (more than `capacity` samples
     /// outstanding); the wait counts in the latency, as it should.
@@ -372,13 +367,17 @@ impl Ring {
                 continue;
             }
             s.waiting.store(true, Ordering::SeqCst);
+            let mut more = true;
             if s.completed.load(Ordering::SeqCst) < target && !s.aborted.load(Ordering::SeqCst) {
-                // A completion between the check and the park unparks us, so
-                // the park returns at once; the timeout only bounds the cost
-                // of a spurious miss.
-                thread::park_timeout(Duration::from_millis(50));
+                // A completion between the check and the wait unparks us,
+                // so the wait returns at once.
+                more = s.clock.wait_for_event();
             }
             s.waiting.store(false, Ordering::SeqCst);
+            if !more {
+                // A virtual clock with nothing left to happen.
+                return s.completed.load(Ordering::SeqCst) >= target;
+            }
         }
     }
 
@@ -398,10 +397,14 @@ fn unknown_id_message(id: ResponseId, slot_holds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::MonoClock;
 
     fn ring(capacity: usize) -> (Ring, mpsc::Receiver<Event>) {
         let (tx, rx) = mpsc::channel();
-        (Ring::new(MonoClock::start(), capacity, tx, false), rx)
+        (
+            Ring::new(Arc::new(MonoClock::start()), capacity, tx, false),
+            rx,
+        )
     }
 
     /// Publishes sample `seq` (index `seq * 10`, accuracy-logged) and returns

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::accuracy_log::AccuracyLog;
 use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig, SeriesData};
-use crate::clock::{self, MonoClock};
+use crate::clock::{self, Clock, MonoClock};
 use crate::completion::{Completer, Ring};
 use crate::config::{self, ConfigFile};
 use crate::detail::{DetailLog, Location, LogValue};
@@ -127,6 +127,22 @@ pub fn start_test_with_live(
     audit: Option<&AuditConfig>,
     live: Arc<LiveStats>,
 ) -> Result<TestOutcome, RunError> {
+    let clock = Arc::new(MonoClock::start());
+    start_test_with_clock(sut, qsl, requested, log_settings, audit, live, clock)
+}
+
+/// [`start_test_with_live`] on the given clock: a
+/// [`VirtualClock`](crate::clock::VirtualClock) runs the whole test in
+/// virtual time (tests of the timing rules).
+pub fn start_test_with_clock(
+    sut: &dyn SystemUnderTest,
+    qsl: &dyn QuerySampleLibrary,
+    requested: &TestSettings,
+    log_settings: &LogSettings,
+    audit: Option<&AuditConfig>,
+    live: Arc<LiveStats>,
+    clock: Arc<dyn Clock>,
+) -> Result<TestOutcome, RunError> {
     let start_wall = SystemTime::now();
     let datetime = clock::test_datetime(start_wall);
     std::fs::create_dir_all(&log_settings.outdir).map_err(|source| RunError::OutputDir {
@@ -153,7 +169,6 @@ pub fn start_test_with_live(
     // Created even without tracing, as the official LoadGen does.
     let trace_out = create(&trace_path)?;
 
-    let clock = MonoClock::start();
     let accuracy = AccuracyLog::new(accuracy_out).map_err(io_err(&accuracy_path))?;
     let trace = if log_settings.enable_trace {
         Some(
@@ -235,7 +250,7 @@ pub fn start_test_with_live(
 struct Test<'a> {
     sut: &'a dyn SystemUnderTest,
     qsl: &'a dyn QuerySampleLibrary,
-    clock: MonoClock,
+    clock: Arc<dyn Clock>,
     detail: DetailLog<BufWriter<File>>,
     detail_path: PathBuf,
     summary_out: BufWriter<File>,
@@ -346,7 +361,7 @@ impl<'a> Test<'a> {
 
         let capacity = ring_capacity(&eff);
         self.completer = Some(Ring::new(
-            self.clock,
+            self.clock.clone(),
             capacity,
             self.events.clone(),
             self.enable_trace,
@@ -705,7 +720,7 @@ impl<'a> Test<'a> {
         let mut stopped = false;
         let mut last = (0i64, 0i64, None::<u64>); // scheduled, issued, query seq
         let series_first_completion = self.issued_total;
-        let clock = self.clock;
+        let clock = self.clock.clone();
         let start = clock.now_ns();
         let start_wall = SystemTime::now();
         let target_latency = if scenario == Scenario::Server {
@@ -745,7 +760,7 @@ impl<'a> Test<'a> {
                 }
                 Scenario::Server => {
                     let due = start + offset;
-                    (due, wait_until(&completer, due))
+                    (due, clock.wait_until(due, &|| completer.aborted()))
                 }
                 Scenario::Offline => (start, clock.now_ns()),
             };
@@ -1008,31 +1023,6 @@ fn stop_rule(
         });
     }
     None
-}
-
-/// Waits until the monotonic clock reaches `due` (ns); returns the time
-/// observed when done. OS sleeps overshoot by up to milliseconds on busy or
-/// virtual machines, and every microsecond late is latency charged to the
-/// SUT, so it sleeps only while far away and yields for the last stretch:
-/// yielding rather than spinning leaves the core to the SUT's threads when
-/// they have work (a LoadGen node shares its cores with the QDL).
-fn wait_until(completer: &Ring, due: i64) -> i64 {
-    const SLEEP_MARGIN_NS: i64 = 4_000_000;
-    let clock = completer.clock();
-    loop {
-        let now = clock.now_ns();
-        let gap = due - now;
-        if gap <= 0 || completer.aborted() {
-            return now;
-        }
-        if gap > SLEEP_MARGIN_NS + 1_000_000 {
-            thread::sleep(Duration::from_nanos((gap - SLEEP_MARGIN_NS) as u64));
-        } else if gap > 20_000 {
-            thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 /// Ring slots needed: every sample of the largest query at once, and for
