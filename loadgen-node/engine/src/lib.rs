@@ -23,6 +23,7 @@ pub mod results;
 pub mod rng;
 pub mod runner;
 pub mod sample;
+mod sequence;
 pub mod settings;
 pub mod settings_log;
 pub mod stats;

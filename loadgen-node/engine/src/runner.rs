@@ -25,7 +25,7 @@ use crate::number_format::fixed6;
 use crate::querygen::{QueryGenerator, RunKind};
 use crate::report::{build_report, PerformanceReport};
 use crate::results::SeriesMeasurements;
-use crate::rng::Mt19937;
+use crate::sequence::{AccuracySampling, Sequencer};
 use crate::settings::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use crate::settings_log;
 use crate::summary::{self, BANNER};
@@ -196,10 +196,8 @@ pub fn start_test_with_clock(
         completer: None,
         events: tx,
         enable_trace: log_settings.enable_trace,
-        next_seq: 0,
-        next_query_seq: 0,
+        sequencer: Sequencer::new(),
         issued_total: 0,
-        acc_value_rng: Mt19937::new(5489),
         sut_name: String::new(),
         run_error: None,
         performance: None,
@@ -258,14 +256,10 @@ struct Test<'a> {
     completer: Option<Ring>,
     events: mpsc::Sender<Event>,
     enable_trace: bool,
-    /// Sample and query sequence ids run on across series and phases.
-    next_seq: u64,
-    next_query_seq: u64,
+    /// Sequence ids and accuracy-log draws, across series and phases.
+    sequencer: Sequencer,
+    /// Samples issued over the whole test.
     issued_total: u64,
-    /// The official LoadGen's default-seeded accuracy-log stream
-    /// (`issue_query_controller.h`, `NextAccLogRng`): one draw per generated
-    /// sample over the whole test.
-    acc_value_rng: Mt19937,
     sut_name: String,
     run_error: Option<String>,
     performance: Option<PerformanceResult>,
@@ -752,7 +746,7 @@ impl<'a> Test<'a> {
                         // Aborted: this query was generated but never issued.
                         generated_queries += 1;
                         generated_samples += indices.len() as u64;
-                        self.skip_query(indices.len());
+                        self.sequencer.skip_query(indices.len());
                         break;
                     }
                     let now = clock.now_ns();
@@ -767,7 +761,7 @@ impl<'a> Test<'a> {
             if completer.aborted() {
                 generated_queries += 1;
                 generated_samples += indices.len() as u64;
-                self.skip_query(indices.len());
+                self.sequencer.skip_query(indices.len());
                 break;
             }
 
@@ -783,7 +777,7 @@ impl<'a> Test<'a> {
             generated_queries += 1;
             generated_samples += indices.len() as u64;
             queries_issued += 1;
-            last = (scheduled, issued, Some(self.next_query_seq - 1));
+            last = (scheduled, issued, self.sequencer.last_query_seq());
 
             // Coalescing: overdue Server queries join this IssueQuery call,
             // each keeping its own scheduled time.
@@ -804,7 +798,7 @@ impl<'a> Test<'a> {
                     generated_queries += 1;
                     generated_samples += next_indices.len() as u64;
                     queries_issued += 1;
-                    last = (start + o, issued, Some(self.next_query_seq - 1));
+                    last = (start + o, issued, self.sequencer.last_query_seq());
                 }
             }
 
@@ -835,15 +829,11 @@ impl<'a> Test<'a> {
             let _ = o;
             generated_queries += 1;
             generated_samples += next_indices.len() as u64;
-            self.skip_query(next_indices.len());
+            self.sequencer.skip_query(next_indices.len());
         }
         let rest_samples = plan.sample_count.saturating_sub(generated_samples);
         let rest_queries = plan.query_count.saturating_sub(generated_queries);
-        self.next_seq += rest_samples;
-        self.next_query_seq += rest_queries;
-        for _ in 0..rest_samples {
-            self.acc_value_rng.canonical();
-        }
+        self.sequencer.skip(rest_samples, rest_queries);
 
         self.sut.flush_queries();
         if !accuracy && !stopped && !completer.aborted() && scenario != Scenario::Server {
@@ -919,62 +909,12 @@ impl<'a> Test<'a> {
         issued: i64,
         out: &mut Vec<QuerySample>,
     ) {
-        let query_seq = self.next_query_seq;
-        self.next_query_seq += 1;
+        let query_seq = self.sequencer.next_query();
         for &index in indices {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let log = sampling.logs(self.acc_value_rng.canonical());
+            let (seq, log) = self.sequencer.next_sample(sampling);
             let id = completer.publish(seq, index, query_seq, scheduled, issued, log);
             out.push(QuerySample { id, index });
         }
-    }
-
-    fn skip_query(&mut self, samples: usize) {
-        self.next_query_seq += 1;
-        self.next_seq += samples as u64;
-        for _ in 0..samples {
-            self.acc_value_rng.canonical();
-        }
-    }
-}
-
-/// Which samples go to the accuracy log (`loadgen.cc`, `IssueQueries`: `accuracy_log_sampling_target`, `accuracy_log_probability`).
-struct AccuracySampling {
-    all: bool,
-    offset: f64,
-    probability: f64,
-}
-
-impl AccuracySampling {
-    fn new(eff: &EffectiveSettings, accuracy: bool) -> Self {
-        let offset = Mt19937::new(eff.accuracy_log_rng_seed).canonical();
-        let mut probability = eff.accuracy_log_probability;
-        if eff.accuracy_log_sampling_target > 0 {
-            let mut expected = (eff.target_qps * eff.min_duration_ms as f64 / 1000.0) as u64;
-            let minimum = if eff.scenario == Scenario::Offline {
-                eff.min_sample_count
-            } else {
-                expected = expected.wrapping_mul(eff.samples_per_query);
-                eff.min_query_count.wrapping_mul(eff.samples_per_query)
-            };
-            let expected = expected.max(minimum);
-            probability = eff.accuracy_log_sampling_target as f64 / expected as f64;
-        }
-        Self {
-            all: accuracy,
-            offset,
-            probability,
-        }
-    }
-
-    #[inline]
-    fn logs(&self, value: f64) -> bool {
-        let mut w = value + self.offset;
-        if w >= 1.0 {
-            w -= 1.0;
-        }
-        self.all || w <= self.probability
     }
 }
 
