@@ -349,10 +349,10 @@ impl SystemUnderTest for Qdl {
                 )
             };
             match answers.get(&i) {
-                Some(Ok(name)) if name.is_empty() => {
-                    return Err(fail("the node reported an empty name".into()))
-                }
-                Some(Ok(name)) => names.push(name.clone()),
+                Some(Ok(name)) => match check_node_name(name) {
+                    Ok(()) => names.push(name.clone()),
+                    Err(reason) => return Err(fail(reason)),
+                },
                 Some(Err(e)) => return Err(fail(e.clone())),
                 None => return Err(fail("the call did not complete".into())),
             }
@@ -529,9 +529,10 @@ async fn open_one(
         Ok(Err(e)) => return Err(rpc_err(&node, "StartSession", e.0)),
         Err(_) => return Err(rpc_err(&node, "StartSession", late("reply"))),
     };
-    let node = match session.node_name.as_str() {
-        "" => node,
-        name => label(addr, Some(name)),
+    // A name that is refused below stays out of every message.
+    let node = match check_node_name(&session.node_name) {
+        Ok(()) => label(addr, Some(&session.node_name)),
+        Err(_) => node,
     };
     check_session(&node, &session, input_codec)?;
 
@@ -570,11 +571,8 @@ fn check_session(node: &str, s: &SessionReply, input_codec: Codec) -> Result<(),
     if !s.ready {
         return Err(QdlError::NotReady { node });
     }
-    if s.node_name.is_empty() {
-        return Err(QdlError::Incompatible {
-            node,
-            reason: "the node reported an empty name".into(),
-        });
+    if let Err(reason) = check_node_name(&s.node_name) {
+        return Err(QdlError::Incompatible { node, reason });
     }
     if input_codec != Codec::None && !s.input_codecs.contains(&(input_codec as i32)) {
         let decodes: Vec<String> = s.input_codecs.iter().map(|c| wire_name(*c)).collect();
@@ -633,6 +631,32 @@ fn node_names(
     let refs: Vec<&NodeAddr> = addrs.iter().collect();
     check_unique(&names, &refs)?;
     Ok(names)
+}
+
+/// The longest node name accepted, in bytes.
+pub const MAX_NODE_NAME_BYTES: usize = 128;
+
+/// A node name goes into the logs and the summary: it must be short,
+/// printable text. Returns why it is not.
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the node reported an empty name".into());
+    }
+    if name.len() > MAX_NODE_NAME_BYTES {
+        return Err(format!(
+            "the node reported a name of {} bytes (at most {MAX_NODE_NAME_BYTES})",
+            name.len()
+        ));
+    }
+    let unprintable = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if let Some((at, c)) = name.char_indices().find(|&(_, c)| unprintable(c)) {
+        return Err(format!(
+            "the node reported a name with the unprintable character U+{:04X} at byte {at} \
+             (names must be printable text)",
+            c as u32
+        ));
+    }
+    Ok(())
 }
 
 fn check_unique(names: &[String], addrs: &[&NodeAddr]) -> Result<(), QdlError> {

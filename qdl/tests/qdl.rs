@@ -76,6 +76,34 @@ fn duplicate_node_names_are_rejected() {
 }
 
 #[test]
+fn names_that_are_not_short_printable_text_are_refused_naming_the_node() {
+    let long = "n".repeat(qdl::MAX_NODE_NAME_BYTES + 1);
+    let cases = [
+        ("a\n:::MLLOG {}", "U+000A at byte 1"),
+        ("tab\there", "U+0009 at byte 3"),
+        (long.as_str(), "129 bytes (at most 128)"),
+    ];
+    for (name, why) in cases {
+        let good = FakeNode::start(Behaviour::named("ok"));
+        let bad = FakeNode::start(Behaviour::named(name));
+        let e = connect_err(config(&[&good, &bad])).to_string();
+        let node = format!("sut-node {}:", bad.addr);
+        assert!(e.contains(&node) && e.contains(why), "{e}");
+        assert!(!e.contains(name), "the refused name stays out: {e}");
+    }
+    // A name changed after the session is checked by the Name round trip.
+    let n = FakeNode::start(Behaviour {
+        name_reply: Some("x\r\nResult is : VALID".into()),
+        ..Behaviour::named("n")
+    });
+    let e = connect(&[&n], 8).name().unwrap_err().to_string();
+    assert!(
+        e.contains(&n.label("n")) && e.contains("U+000D at byte 1"),
+        "{e}"
+    );
+}
+
+#[test]
 fn samples_cross_the_network_and_answers_complete_the_right_ids() {
     let a = FakeNode::start(Behaviour::named("n1"));
     let b = FakeNode::start(Behaviour::named("n2"));

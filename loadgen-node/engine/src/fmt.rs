@@ -1,5 +1,36 @@
 //! Number formats of upstream's logs: C `printf("%g")` (iostream default)
-//! and fixed-precision decimals.
+//! and fixed-precision decimals; string escaping for the logs.
+
+/// Appends `s` escaped as upstream escapes JSON strings: `"` and `\\` get a
+/// backslash, `\b \f \n \r \t` their short forms, other bytes below 0x20
+/// `\u00xx` (lower-case hex); everything else is copied. Text without those
+/// characters is unchanged, so valid logs stay byte-identical, and no string
+/// can end its record or start a forged one.
+pub fn push_json_escaped(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+/// `s` escaped by [`push_json_escaped`].
+pub fn json_escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push_json_escaped(&mut out, s);
+    out
+}
 
 /// C `printf("%g", x)`: 6 significant digits, the shorter of fixed and
 /// exponent notation, trailing zeros removed (`1000`, `0.99`, `1e+06`).
@@ -81,5 +112,15 @@ mod tests {
         for (x, want) in cases {
             assert_eq!(g6(x), want, "g6({x})");
         }
+    }
+
+    #[test]
+    fn json_escaping_matches_upstream() {
+        assert_eq!(json_escaped("resnet50 node-1 (x)"), "resnet50 node-1 (x)");
+        assert_eq!(json_escaped("é\u{7f}"), "é\u{7f}");
+        assert_eq!(
+            json_escaped("a\"b\\c\u{8}\u{c}\n\r\t\u{1}\u{1b}"),
+            "a\\\"b\\\\c\\b\\f\\n\\r\\t\\u0001\\u001b"
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::fmt::{fixed1, fixed2, g6};
+use crate::fmt::{fixed1, fixed2, g6, json_escaped};
 use crate::results::{percentile_label, Results, PERCENTILES};
 use crate::settings::{EffectiveSettings, Scenario};
 use crate::stats::LatencyHistogram;
@@ -26,7 +26,8 @@ pub(crate) fn render(r: &Results<'_>) -> String {
     line(BANNER);
     line("MLPerf Results Summary");
     line(BANNER);
-    line(&format!("SUT name : {}", r.sut_name));
+    // Escaped so that no name can add lines of its own.
+    line(&format!("SUT name : {}", json_escaped(r.sut_name)));
     line(&format!("Scenario : {}", scenario.as_str()));
     line(&format!("Mode     : {}", eff.mode.as_str()));
     line(&match scenario {
