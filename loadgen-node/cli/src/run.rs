@@ -83,8 +83,10 @@ pub struct RunArgs {
     pub dataset: Option<PathBuf>,
 
     /// Synthetic data set: bytes per sample instead of the benchmark's input
-    /// size (e.g. 64 to measure the harness rather than the network).
-    #[arg(long, value_name = "BYTES")]
+    /// size (e.g. 64 to measure the harness rather than the network); at
+    /// most 1 GiB.
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     pub sample_bytes: Option<usize>,
 
     /// How samples are spread over the sut-nodes: least-outstanding,
@@ -93,8 +95,9 @@ pub struct RunArgs {
     pub dispatch: String,
 
     /// Connections (gRPC or QUIC, each with one data stream) opened to every
-    /// sut-node.
-    #[arg(long, default_value_t = 2)]
+    /// sut-node (1 to 1024).
+    #[arg(long, default_value_t = 2,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub connections_per_node: usize,
 
     /// Threads of the QDL's network runtime [default: 2, or 1 on a host of
@@ -201,7 +204,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             .collect::<Result<Vec<_>, _>>()
             .context("--sut")?,
         policy: args.dispatch.parse().context("--dispatch")?,
-        connections_per_node: args.connections_per_node.max(1),
+        connections_per_node: args.connections_per_node,
         model: args.model.clone(),
         scenario: args.scenario.as_str().to_string(),
         stall_timeout: Duration::try_from_secs_f64(args.node_timeout)
@@ -370,12 +373,14 @@ fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
                 .collect::<Vec<_>>()
                 .join("\n"))
         })?;
+        file.check_values(&args.model, args.scenario)?;
         file.apply(
             &mut settings,
             &args.model,
             args.scenario,
             ConfKind::UserConf,
         )?;
+        config::check_scale(&settings)?;
     }
     if let Some(mode) = args.mode {
         settings.mode = mode;
