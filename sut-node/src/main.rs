@@ -78,10 +78,10 @@ struct ServeArgs {
     #[command(flatten)]
     net: NetArgs,
 
-    /// Threads of the node's network runtime [default: one per core]. The
-    /// backend runs on a thread of its own besides these.
+    /// Threads of the node's network runtime, 1 to 1024 [default: one per
+    /// core]. The backend runs on a thread of its own besides these.
     #[arg(long, value_name = "N",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: Option<usize>,
 
     /// The node's name in the LoadGen node's logs [default: this machine's
@@ -116,10 +116,10 @@ struct ServeArgs {
     #[arg(long, value_name = "NAME", help_heading = "Forwarders")]
     model_name: Option<String>,
 
-    /// Dynamic batching: the most samples run together in one batch. 1: no
-    /// batching.
+    /// Dynamic batching: the most samples run together in one batch, 1 to
+    /// 65536. 1: no batching.
     #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_batch_size: u32,
 
     /// Dynamic batching: how long a sample may wait for its batch to fill, in
@@ -157,11 +157,13 @@ struct ServeArgs {
     )]
     service_time: ServiceTime,
 
-    /// Bytes in each answer.
+    /// Bytes in each answer, at most 1 GiB (the largest message a node
+    /// sends).
     #[arg(
         long,
         value_name = "BYTES",
         default_value_t = 4,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 30),
         help_heading = "Synthetic backend"
     )]
     output_size: usize,
@@ -218,7 +220,7 @@ enum BackendKind {
 }
 
 fn main() {
-    let cli = match config_file::args_with_config(std::env::args_os(), &serve_flags()) {
+    let cli = match config_file::args_with_config(std::env::args_os(), &serve_command()) {
         Ok(args) => Cli::parse_from(args),
         Err(e) => {
             eprintln!("sut-node: error: {e:#}");
@@ -262,24 +264,26 @@ async fn run(cli: Cli) {
     }
 }
 
-/// The long flags of `serve`, for checking the keys of a --config file.
-fn serve_flags() -> Vec<String> {
+/// The `serve` command, whose flags check the keys and values of a --config
+/// file.
+fn serve_command() -> clap::Command {
     use clap::CommandFactory;
-    let cli = Cli::command();
+    let mut cli = Cli::command();
+    cli.build();
     cli.find_subcommand("serve")
-        .map(|serve| {
-            serve
-                .get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+        .cloned()
+        .unwrap_or_else(|| clap::Command::new("serve"))
 }
 
 async fn health(args: HealthArgs) -> Result<()> {
     use proto::sut_node_client::SutNodeClient;
     let url = format!("http://{}", args.addr);
-    let limit = Duration::from_secs_f64(args.timeout.max(0.001));
+    let limit = sut_node::timeout_secs(args.timeout).with_context(|| {
+        format!(
+            "--timeout {}: must be a number of seconds, more than 0 and at most a year (31536000)",
+            args.timeout
+        )
+    })?;
     let ask = async {
         let mut client = SutNodeClient::connect(url).await?;
         let reply = client.health(proto::HealthRequest {}).await?.into_inner();
