@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Status, Streaming};
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::codec;
@@ -96,6 +96,9 @@ struct Outbox {
     pending: usize,
     /// The reader has stopped: no more samples will come.
     input_done: bool,
+    /// Why the input ended, if not cleanly: the stream then ends with this
+    /// error once the samples already received are answered.
+    input_error: Option<String>,
 }
 
 impl Reply {
@@ -219,6 +222,7 @@ where
     let max_input = node.config.codecs.max_input_bytes;
     let mut chunk: Vec<Job> = Vec::new();
     let mut warned_empty = false;
+    let mut input_error = None;
     'read: loop {
         let mut next = tokio::select! {
             biased;
@@ -245,8 +249,9 @@ where
                     }
                 }
                 Ok(None) => ended = true,
-                Err(status) => {
-                    debug!("infer stream input ended: {status}");
+                Err(e) => {
+                    warn!("infer stream input ended by an error: {e}");
+                    input_error = Some(e.to_string());
                     ended = true;
                 }
             }
@@ -280,7 +285,11 @@ where
             break;
         }
     }
-    reply.lock().input_done = true;
+    {
+        let mut outbox = reply.lock();
+        outbox.input_done = true;
+        outbox.input_error = input_error;
+    }
     reply.wake.notify_one();
 }
 
@@ -315,10 +324,12 @@ async fn write_answers(
     let mut cut_at: Option<Instant> = None;
     let mut answered = 0u64;
     loop {
-        let (done, pending) = {
+        let (done, pending, input_error) = {
             let mut outbox = reply.lock();
             outbox.take_into(&mut messages);
-            (outbox.input_done && outbox.pending == 0, outbox.pending)
+            let done = outbox.input_done && outbox.pending == 0;
+            let error = done.then(|| outbox.input_error.take()).flatten();
+            (done, outbox.pending, error)
         };
         while let Some(mut message) = messages.pop_front() {
             codec::encode_output(output.as_ref(), &mut message);
@@ -330,6 +341,18 @@ async fn write_answers(
             last_sent = Instant::now();
         }
         let stopping = *stop.borrow();
+        if let Some(e) = input_error {
+            let status = Status::invalid_argument(format!(
+                "sut-node {}: malformed message on the Infer stream: {e}",
+                node.config.name
+            ));
+            let _ = tx.send(Err(status)).await;
+            info!(
+                stream,
+                answered, "infer stream ended by a malformed message"
+            );
+            return;
+        }
         if done || cut_at.is_some_and(|at| Instant::now() >= at) {
             if stopping {
                 let status = Status::unavailable(format!(

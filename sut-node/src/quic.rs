@@ -286,9 +286,9 @@ async fn finish(send: &mut SendStream, last: Bytes) {
 }
 
 async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, peer: SocketAddr) {
-    if let Some(refusal) = node.infer_refusal() {
+    if let Some(refusal) = node.infer_refusal(Some(peer)) {
         let mut out = BytesMut::new();
-        encode_error(&refusal, &mut out);
+        encode_error(refusal.message(), &mut out);
         return finish(&mut send, out.freeze()).await;
     }
     let mut w = FrameWriter::new();

@@ -1,11 +1,12 @@
 //! The `SutNode` gRPC service: the node's lifecycle (warm-up, readiness,
 //! shutdown) and its RPCs. The `Infer` data path is in `infer.rs`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use proto::sut_node_server::{SutNode, SutNodeServer};
@@ -128,6 +129,7 @@ pub async fn serve_on(
         batcher,
         stop: stop_rx.clone(),
         streams: AtomicU64::new(0),
+        refused: Mutex::new(HashMap::new()),
     });
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
@@ -245,17 +247,43 @@ pub(crate) struct Node {
     pub(crate) stop: watch::Receiver<bool>,
     /// Numbers the Infer streams in the logs.
     pub(crate) streams: AtomicU64,
+    /// Connections (by peer address) whose last session was refused, with
+    /// the reason: their Infer streams are refused too.
+    refused: Mutex<HashMap<SocketAddr, String>>,
 }
 
+/// Most connections whose refused session is remembered; past it the oldest
+/// knowledge is dropped, so a client cannot grow the table without bound.
+const MAX_REFUSED_PEERS: usize = 4096;
+
 impl Node {
-    /// Why an Infer stream cannot open now, if it cannot.
-    pub(crate) fn infer_refusal(&self) -> Option<String> {
-        (!self.ready.load(Ordering::Acquire)).then(|| {
-            format!(
+    /// Why an Infer stream from `peer` cannot open now, if it cannot.
+    pub(crate) fn infer_refusal(&self, peer: Option<SocketAddr>) -> Option<Status> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Some(Status::unavailable(format!(
                 "sut-node {} is not ready: its backend is still loading",
                 self.config.name
-            )
-        })
+            )));
+        }
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let reason = refused.get(&peer?)?;
+        Some(Status::failed_precondition(format!(
+            "this connection's session was refused ({reason}); start an accepted session first"
+        )))
+    }
+
+    /// Remembers whether `peer`'s latest session was refused.
+    fn session_outcome(&self, peer: Option<SocketAddr>, refusal: &str) {
+        let Some(peer) = peer else { return };
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        if refusal.is_empty() {
+            refused.remove(&peer);
+            return;
+        }
+        if refused.len() >= MAX_REFUSED_PEERS {
+            refused.clear();
+        }
+        refused.insert(peer, refusal.to_string());
     }
 }
 
@@ -314,9 +342,11 @@ impl SutNode for Service {
         request: Request<SessionRequest>,
     ) -> Result<Response<SessionReply>, Status> {
         let node = &self.0;
+        let remote = request.remote_addr();
         let peer = peer(&request);
         let request = request.into_inner();
         let refusal = refusal(&node.config, &request).unwrap_or_default();
+        node.session_outcome(remote, &refusal);
         let ready = node.ready.load(Ordering::Acquire);
         if refusal.is_empty() {
             info!(
@@ -357,8 +387,8 @@ impl SutNode for Service {
         request: Request<Streaming<ToNode>>,
     ) -> Result<Response<Self::InferStream>, Status> {
         let node = &self.0;
-        if let Some(refusal) = node.infer_refusal() {
-            return Err(Status::unavailable(refusal));
+        if let Some(refusal) = node.infer_refusal(request.remote_addr()) {
+            return Err(refusal);
         }
         let stream = node.streams.fetch_add(1, Ordering::Relaxed) + 1;
         info!(stream, peer = %peer(&request), "infer stream opened");

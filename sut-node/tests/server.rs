@@ -58,6 +58,7 @@ fn synthetic(service_time: &str, output_size: usize, llm_tokens: u32) -> Arc<dyn
 
 struct Node {
     client: SutNodeClient<Channel>,
+    addr: std::net::SocketAddr,
     ready: Option<oneshot::Receiver<()>>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -85,6 +86,7 @@ impl Node {
             .unwrap();
         Node {
             client,
+            addr,
             ready: Some(ready),
             stop: Some(stop),
             task,
@@ -222,6 +224,67 @@ async fn name_and_session_checks() {
     let r = refusal(c.start_session(session("resnet50", "Batch")).await.unwrap());
     assert!(r.contains("Batch"), "{r}");
 
+    // This connection's session was refused: its Infer stream is too.
+    let (_tx, rx) = mpsc::channel::<ToNode>(1);
+    let e = c.infer(ReceiverStream::new(rx)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(
+        e.message()
+            .contains("session was refused (unknown scenario"),
+        "{e}"
+    );
+    // An accepted session opens the way again.
+    c.start_session(session("resnet50", "Server"))
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<ToNode>(1);
+    let mut answers = c.infer(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    tx.send(sample(1, input(1), Codec::None)).await.unwrap();
+    assert_eq!(next(&mut answers).await.answers[0].id, 1);
+
+    node.stop().await;
+}
+
+/// A message on the Infer stream's path that does not decode as a `ToNode`:
+/// field 1 (the sample) holding bytes that are no `SampleRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Garbage {
+    #[prost(bytes = "vec", tag = "1")]
+    sample: Vec<u8>,
+}
+
+#[tokio::test]
+async fn a_malformed_message_ends_the_infer_stream_with_an_error() {
+    let mut node = Node::ready(config("node-m"), synthetic("fixed:0", 4, 0)).await;
+    // One good sample first: it is still answered.
+    let (tx, mut answers) = node.open_stream().await;
+    tx.send(sample(1, input(1), Codec::None)).await.unwrap();
+    assert_eq!(next(&mut answers).await.answers[0].id, 1);
+    drop((tx, answers));
+
+    let endpoint = Channel::from_shared(format!("http://{}", node.addr)).unwrap();
+    let channel = within("connect", endpoint.connect()).await.unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    within("ready", grpc.ready()).await.unwrap();
+    let bad = Garbage {
+        sample: vec![0xff; 7],
+    };
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/mlperf_net.v1.SutNode/Infer");
+    let codec = tonic_prost::ProstCodec::<Garbage, FromNode>::default();
+    let request = tonic::Request::new(tokio_stream::iter([bad]));
+    let mut stream = within("infer", grpc.streaming(request, path, codec))
+        .await
+        .unwrap()
+        .into_inner();
+    let end = loop {
+        match within("the stream's end", stream.message()).await {
+            Ok(Some(m)) => assert!(m.answers.is_empty(), "nothing to answer"),
+            Ok(None) => panic!("the stream ended with OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(end.code(), Code::InvalidArgument, "{end}");
+    assert!(end.message().contains("malformed message"), "{end}");
     node.stop().await;
 }
 
