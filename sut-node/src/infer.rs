@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
@@ -82,6 +82,12 @@ struct Reply {
     outbox: Mutex<Outbox>,
     /// Wakes the stream's writer when the outbox changes.
     wake: Notify,
+    /// Answer bytes produced and not yet handed to the transport.
+    waiting: AtomicUsize,
+    /// Wakes the reader when `waiting` shrinks or the writer has ended.
+    drained: Notify,
+    /// The writer has ended: nobody will take answers any more.
+    writer_gone: AtomicBool,
 }
 
 /// What one stream's writer has to send, and what it still waits for.
@@ -106,18 +112,49 @@ impl Reply {
         self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Counts bytes put in the outbox (call with its lock's result).
+    fn produced(&self, bytes: usize) {
+        self.waiting.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts bytes handed to the transport and wakes the reader.
+    fn sent(&self, bytes: usize) {
+        self.waiting.fetch_sub(bytes, Ordering::Relaxed);
+        self.drained.notify_one();
+    }
+
+    /// Waits while more than `limit` answer bytes wait for the stream's
+    /// reader. False once the writer has ended.
+    async fn room(&self, limit: usize) -> bool {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.writer_gone.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.waiting.load(Ordering::Relaxed) <= limit {
+                return true;
+            }
+            drained.await;
+        }
+    }
+
     /// For samples that never reach the batcher.
     fn send_error(&self, id: u64, message: String) {
-        self.lock().push_error(id, message);
+        let added = self.lock().push_error(id, message);
+        self.produced(added);
         self.wake.notify_one();
     }
 }
 
 impl Outbox {
-    fn push_output(&mut self, id: u64, output: Output) {
+    /// Returns the bytes added, as all `push_*` do.
+    fn push_output(&mut self, id: u64, output: Output) -> usize {
         match output {
             Ok(answer) => {
-                self.bytes += answer.payload.len() + ITEM_OVERHEAD;
+                let added = answer.payload.len() + ITEM_OVERHEAD;
+                self.bytes += added;
                 self.answers.push(SampleAnswer {
                     id,
                     payload: answer.payload,
@@ -125,23 +162,28 @@ impl Outbox {
                     codec: Codec::None as i32,
                     n_tokens: answer.n_tokens,
                 });
+                added
             }
             Err(message) => self.push_error(id, message),
         }
     }
 
-    fn push_error(&mut self, id: u64, message: String) {
-        self.bytes += message.len() + ITEM_OVERHEAD;
+    fn push_error(&mut self, id: u64, message: String) -> usize {
+        let added = message.len() + ITEM_OVERHEAD;
+        self.bytes += added;
         self.errors.push(SampleError { id, message });
+        added
     }
 
-    fn push_first_token(&mut self, id: u64, payload: Bytes) {
-        self.bytes += payload.len() + ITEM_OVERHEAD;
+    fn push_first_token(&mut self, id: u64, payload: Bytes) -> usize {
+        let added = payload.len() + ITEM_OVERHEAD;
+        self.bytes += added;
         self.first_tokens.push(FirstToken {
             id,
             payload,
             codec: Codec::None as i32,
         });
+        added
     }
 
     /// Moves everything waiting into messages: one, unless it is too big.
@@ -223,7 +265,18 @@ where
     let mut chunk: Vec<Job> = Vec::new();
     let mut warned_empty = false;
     let mut input_error = None;
+    let waiting_limit = node.config.limits.max_waiting_answer_bytes;
     'read: loop {
+        // A reader that does not take its answers gets no more samples
+        // taken from it: its input waits in the transport's flow control.
+        let room = tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            r = reply.room(waiting_limit) => r,
+        };
+        if !room {
+            break;
+        }
         let mut next = tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
@@ -316,6 +369,17 @@ async fn write_answers(
     tx: mpsc::Sender<Result<FromNode, Status>>,
     node: Arc<Node>,
 ) {
+    send_answers(stream, &reply, tx, node).await;
+    reply.writer_gone.store(true, Ordering::Release);
+    reply.drained.notify_one();
+}
+
+async fn send_answers(
+    stream: u64,
+    reply: &Reply,
+    tx: mpsc::Sender<Result<FromNode, Status>>,
+    node: Arc<Node>,
+) {
     let heartbeat = node.config.heartbeat;
     let output = node.config.codecs.output.codec();
     let mut stop = node.stop.clone();
@@ -332,12 +396,14 @@ async fn write_answers(
             (done, outbox.pending, error)
         };
         while let Some(mut message) = messages.pop_front() {
+            let bytes = payload_bytes(&message);
             codec::encode_output(output.as_ref(), &mut message);
             answered += message.answers.len() as u64;
             if tx.send(Ok(message)).await.is_err() {
                 info!(stream, answered, "infer stream closed by the client");
                 return;
             }
+            reply.sent(bytes);
             last_sent = Instant::now();
         }
         let stopping = *stop.borrow();
@@ -384,6 +450,14 @@ async fn write_answers(
             _ = tokio::time::sleep_until(cut_at.unwrap_or(last_sent)), if cut_at.is_some() => {}
         }
     }
+}
+
+/// The bytes a message's items were counted with when they were produced.
+fn payload_bytes(m: &FromNode) -> usize {
+    let t: usize = m.first_tokens.iter().map(|t| t.payload.len()).sum();
+    let a: usize = m.answers.iter().map(|a| a.payload.len()).sum();
+    let e: usize = m.errors.iter().map(|e| e.message.len()).sum();
+    t + a + e + ITEM_OVERHEAD * (m.first_tokens.len() + m.answers.len() + m.errors.len())
 }
 
 /// The batcher's worker: runs a batch through the backend and delivers each
@@ -438,15 +512,17 @@ fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Ou
     while i < jobs.len() {
         let reply = &jobs[i].reply;
         let mut outbox = reply.lock();
+        let mut added = 0;
         while i < jobs.len() && Arc::ptr_eq(&jobs[i].reply, reply) {
             let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
             if !answered[i] {
-                outbox.push_output(jobs[i].id, output);
+                added += outbox.push_output(jobs[i].id, output);
                 outbox.pending = outbox.pending.saturating_sub(1);
             }
             i += 1;
         }
         drop(outbox);
+        reply.produced(added);
         reply.wake.notify_one();
     }
 }
@@ -463,7 +539,8 @@ struct Sink<'a> {
 impl SampleSink for Sink<'_> {
     fn first_token(&mut self, index: usize, payload: Bytes) {
         if let Some(job) = self.jobs.get(index) {
-            job.reply.lock().push_first_token(job.id, payload);
+            let added = job.reply.lock().push_first_token(job.id, payload);
+            job.reply.produced(added);
             job.reply.wake.notify_one();
         }
     }
@@ -478,8 +555,10 @@ impl SampleSink for Sink<'_> {
         }
         {
             let mut outbox = job.reply.lock();
-            outbox.push_output(job.id, output.clone());
+            let added = outbox.push_output(job.id, output.clone());
             outbox.pending = outbox.pending.saturating_sub(1);
+            drop(outbox);
+            job.reply.produced(added);
         }
         job.reply.wake.notify_one();
         self.outstanding.fetch_sub(1, Ordering::Relaxed);

@@ -304,7 +304,7 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     }
     let input = QuicSamples {
         recv,
-        decoder: FrameDecoder::new(MAX_DATA_FRAME),
+        decoder: FrameDecoder::new(node.config.limits.max_message_bytes.min(MAX_DATA_FRAME)),
         done: false,
     };
     let mut answers = infer::open_with(stream, input, node).into_inner();

@@ -28,12 +28,13 @@ use crate::backend::{Backend, BackendError};
 use crate::batcher::{BatchPolicy, Batcher};
 use crate::codec;
 use crate::infer::{self, batch_runner, Job};
+use crate::limits::Limits;
 
 /// The scenarios a session may name (LoadGen's spelling).
 pub const SCENARIOS: [&str; 4] = ["SingleStream", "MultiStream", "Server", "Offline"];
 
-/// Largest message the node accepts or sends: inputs of some benchmarks
-/// (3D-UNet volumes) are far above gRPC's 4 MiB default.
+/// Largest message the node sends (answers of some benchmarks are far above
+/// gRPC's 4 MiB default); what it accepts is `Limits::max_message_bytes`.
 const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// HTTP/2 windows: the connection's is larger than a stream's, so a stream
 /// held back by a full batcher queue never blocks Health or a new stream on
@@ -54,6 +55,8 @@ pub struct NodeConfig {
     pub shutdown_grace: Duration,
     /// The output codec and the bound on decoded inputs.
     pub codecs: codec::NodeCodecs,
+    /// What clients may make the node hold.
+    pub limits: Limits,
 }
 
 #[derive(Debug, Error)]
@@ -134,12 +137,14 @@ pub async fn serve_on(
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
     if let Some(listener) = endpoints.grpc {
+        let limits = node.config.limits;
         let service = SutNodeServer::new(Service(Arc::clone(&node)))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let router = Server::builder()
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_concurrent_streams(limits.max_streams_per_connection)
             .add_service(service);
         let mut stop = stop_rx.clone();
         let stopping = async move { stopped(&mut stop).await };
@@ -419,6 +424,7 @@ mod tests {
             heartbeat: None,
             shutdown_grace: Duration::ZERO,
             codecs: codec::NodeCodecs::default(),
+            limits: Limits::default(),
         }
     }
 

@@ -57,6 +57,7 @@ impl Node {
             heartbeat: Some(Duration::from_millis(50)),
             shutdown_grace: Duration::from_secs(5),
             codecs: NodeCodecs::default(),
+            limits: sut_node::limits::Limits::default(),
         };
         let backend = Arc::new(Synthetic::new(SyntheticConfig {
             service_time: "fixed:0".parse().unwrap(),

@@ -44,6 +44,7 @@ fn config(name: &str) -> NodeConfig {
         heartbeat: None,
         shutdown_grace: Duration::from_secs(10),
         codecs: NodeCodecs::default(),
+        limits: sut_node::limits::Limits::default(),
     }
 }
 
@@ -654,4 +655,50 @@ async fn shutdown_cuts_streams_whose_samples_outlast_the_grace_time() {
     within("serve to return", node.task).await.unwrap().unwrap();
     // Lets the backend's worker thread finish.
     drop(gates);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_its_answers_gets_no_more_samples_taken() {
+    const ANSWER: usize = 64 << 10;
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_waiting_answer_bytes: 256 << 10,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-slow-reader")
+    };
+    let mut node = Node::ready(config, synthetic("fixed:0", ANSWER, 0)).await;
+    let (tx, rx) = mpsc::channel(1);
+    let response = within("infer", node.client.infer(ReceiverStream::new(rx)))
+        .await
+        .unwrap();
+    let mut answers = response.into_inner();
+    // Never reading the answers, send until the node stops taking samples
+    // (a send that waits a whole second), at most 1000 (64 MiB of answers).
+    let mut sent = 0u64;
+    while sent < 1000 {
+        let s = sample(sent, vec![sent as u8; 64 << 10], Codec::None);
+        match tokio::time::timeout(Duration::from_secs(1), tx.send(s)).await {
+            Ok(r) => r.unwrap(),
+            Err(_) => break,
+        }
+        sent += 1;
+    }
+    // The bound: the waiting answers, HTTP/2's windows of inputs and the
+    // batcher; far below 1000 samples.
+    assert!(
+        sent < 300,
+        "the node took {sent} samples from a client that reads nothing"
+    );
+    // Once the client reads, every sample it sent is answered.
+    drop(tx);
+    let mut ids = HashSet::new();
+    while let Some(m) = within("answers", answers.message()).await.unwrap() {
+        for a in m.answers {
+            assert_eq!(a.payload.len(), ANSWER);
+            ids.insert(a.id);
+        }
+    }
+    assert_eq!(ids.len() as u64, sent);
+    node.stop().await;
 }
