@@ -204,6 +204,7 @@ impl Qdl {
                 config.input_codec,
                 config.connect_timeout,
                 config.tls.clone().map(Arc::new),
+                max_message(config.max_answer_bytes),
             ),
         )
         .ok_or_else(|| QdlError::Config("the QDL's runtime stopped while connecting".into()))??;
@@ -442,6 +443,13 @@ impl Drop for Qdl {
     }
 }
 
+/// The largest message accepted from a node, so that the answer limit holds
+/// while receiving: one answer of `max_answer_bytes` (a node packs smaller
+/// ones into messages of about 1 MiB), plus framing and codec overhead.
+fn max_message(max_answer_bytes: usize) -> usize {
+    max_answer_bytes.max(1 << 20).saturating_add(64 << 10)
+}
+
 /// Runs `fut` on `runtime` and waits for it from this thread. Unlike
 /// `Runtime::block_on` this also works from inside another runtime.
 fn block_on<F>(runtime: &Runtime, fut: F) -> Option<F::Output>
@@ -476,13 +484,22 @@ async fn open_all(
     input_codec: Codec,
     timeout: Duration,
     tls: Option<Arc<ClientTls>>,
+    max_message: usize,
 ) -> Result<Vec<Opened>, QdlError> {
     let mut set = JoinSet::new();
     for (n, addr) in nodes.iter().enumerate() {
         for k in 0..per_node {
             let (addr, request, tls) = (addr.clone(), request.clone(), tls.clone());
             set.spawn(async move {
-                let r = open_one(&addr, request, input_codec, timeout, tls.as_deref()).await;
+                let r = open_one(
+                    &addr,
+                    request,
+                    input_codec,
+                    timeout,
+                    tls.as_deref(),
+                    max_message,
+                )
+                .await;
                 (n * per_node + k, r)
             });
         }
@@ -506,10 +523,12 @@ async fn open_one(
     input_codec: Codec,
     timeout: Duration,
     tls: Option<&ClientTls>,
+    max_message: usize,
 ) -> Result<Opened, QdlError> {
     let node = label(addr, None);
     let late = |what: &str| format!("no {what} within {timeout:?}");
-    let link = match tokio::time::timeout(timeout, Link::connect(addr, tls, timeout)).await {
+    let connect = Link::connect(addr, tls, timeout, max_message);
+    let link = match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return Err(QdlError::Connect { node, reason: e.0 }),
         Err(_) => {

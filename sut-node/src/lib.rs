@@ -13,6 +13,7 @@ pub mod codec;
 pub mod config_file;
 mod infer;
 pub mod limits;
+mod listen;
 pub mod quic;
 pub mod server;
 pub mod tls;

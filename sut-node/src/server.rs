@@ -19,7 +19,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
@@ -29,6 +28,7 @@ use crate::batcher::{BatchPolicy, Batcher};
 use crate::codec;
 use crate::infer::{self, batch_runner, Job};
 use crate::limits::Limits;
+use crate::listen;
 
 /// The scenarios a session may name (LoadGen's spelling).
 pub const SCENARIOS: [&str; 4] = ["SingleStream", "MultiStream", "Server", "Offline"];
@@ -150,7 +150,8 @@ pub async fn serve_on(
         let stopping = async move { stopped(&mut stop).await };
         match endpoints.grpc_tls {
             None => {
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let incoming =
+                    listen::incoming(listener, limits, stop_rx.clone(), |tcp| async { Ok(tcp) });
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -158,7 +159,10 @@ pub async fn serve_on(
                 });
             }
             Some(tls) => {
-                let incoming = crate::tls::incoming(listener, tls, stop_rx.clone());
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+                let incoming = listen::incoming(listener, limits, stop_rx.clone(), move |tcp| {
+                    acceptor.accept(tcp)
+                });
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)

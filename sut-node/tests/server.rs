@@ -702,3 +702,53 @@ async fn a_client_that_does_not_read_its_answers_gets_no_more_samples_taken() {
     assert_eq!(ids.len() as u64, sent);
     node.stop().await;
 }
+
+/// Reads until the node closes the connection (EOF or reset).
+async fn closed_by_node(tcp: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    loop {
+        match within("the node to close the connection", tcp.read(&mut buf)).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_served() {
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_connections_per_peer: 3,
+            handshake_timeout: Duration::from_millis(300),
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-limits")
+    };
+    // The test's own client holds one of this address's three places.
+    let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
+    assert_eq!(node.outstanding().await, 0);
+    let mut silent = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let mut preface_only = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        preface_only
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+    }
+    // A fourth connection from this address is closed at once, though it
+    // speaks HTTP/2.
+    let mut fourth = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let _ = fourth.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+    }
+    closed_by_node(&mut fourth).await;
+    // The silent one is closed after the handshake timeout.
+    closed_by_node(&mut silent).await;
+    drop(preface_only);
+    // The real client still gets answers.
+    assert_eq!(node.outstanding().await, 0);
+    node.stop().await;
+}

@@ -49,6 +49,8 @@ pub struct Behaviour {
     pub bomb_at: Option<u64>,
     /// Answer sample number N with a damaged frame of its output codec.
     pub corrupt_at: Option<u64>,
+    /// Answer sample number N with 4 MiB of raw bytes.
+    pub huge_at: Option<u64>,
     /// Send each sample's first token (the first 4 answer bytes) first.
     pub first_tokens: bool,
     /// End the answer stream on receiving the node's sample number N
@@ -79,6 +81,7 @@ impl Behaviour {
             output_codec: Codec::None,
             bomb_at: None,
             corrupt_at: None,
+            huge_at: None,
             first_tokens: false,
             close_at: None,
             silent_from: None,
@@ -113,6 +116,7 @@ enum Reply {
     Answer(u64, Bytes),
     Error(u64),
     Bomb(u64),
+    Huge(u64),
     Corrupt(u64, Bytes),
     /// End the answer stream with an error status.
     Fail,
@@ -200,6 +204,7 @@ impl SutNode for Service {
                         let r = match input {
                             _ if b.error_at == Some(n) => Reply::Error(id),
                             _ if b.bomb_at == Some(n) => Reply::Bomb(id),
+                            _ if b.huge_at == Some(n) => Reply::Huge(id),
                             Ok(input) if b.corrupt_at == Some(n) => Reply::Corrupt(id, input),
                             Ok(input) => Reply::Answer(id, input),
                             Err(_) => Reply::Error(id),
@@ -272,6 +277,12 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     n_tokens: if b.first_tokens { N_TOKENS } else { 0 },
                 });
             }
+            Reply::Huge(id) => answers.answers.push(SampleAnswer {
+                id,
+                payload: Bytes::from(vec![7u8; 4 << 20]),
+                codec: Codec::None as i32,
+                n_tokens: 0,
+            }),
             Reply::Bomb(id) => answers.answers.push(SampleAnswer {
                 id,
                 payload: Bytes::from(zstd_bomb()),
