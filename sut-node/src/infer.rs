@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use proto::{to_node, Codec, FirstToken, FromNode, SampleAnswer, SampleError, ToNode};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -74,6 +74,8 @@ pub(crate) struct Job {
     id: u64,
     input: Bytes,
     reply: Arc<Reply>,
+    /// Its share of the node's decoded-bytes budget, freed with the job.
+    _budget: Option<OwnedSemaphorePermit>,
 }
 
 /// The way back to one Infer stream.
@@ -287,12 +289,37 @@ where
             match next {
                 Ok(Some(ToNode {
                     kind: Some(to_node::Kind::Sample(sample)),
-                })) => match codec::decode_input(sample.codec, sample.payload, max_input) {
-                    Ok(input) => chunk.push(Job {
-                        id: sample.id,
-                        input,
-                        reply: Arc::clone(&reply),
-                    }),
+                })) => match decode(&node, sample.codec, sample.payload, max_input).await {
+                    Ok(input) => {
+                        // The decoded bytes count against the node's budget
+                        // until the sample has run; if it is spent, what this
+                        // reader holds goes to the batcher first.
+                        let units = budget_units(input.len(), &node);
+                        let budget = match Arc::clone(&node.decoded).try_acquire_many_owned(units) {
+                            Ok(p) => p,
+                            Err(_) => {
+                                if !submit(&mut chunk, &reply, &node, &mut stop).await {
+                                    break 'read;
+                                }
+                                let wait = Arc::clone(&node.decoded).acquire_many_owned(units);
+                                let permit = tokio::select! {
+                                    biased;
+                                    _ = stopped(&mut stop) => break 'read,
+                                    p = wait => p,
+                                };
+                                match permit {
+                                    Ok(p) => p,
+                                    Err(_) => break 'read,
+                                }
+                            }
+                        };
+                        chunk.push(Job {
+                            id: sample.id,
+                            input,
+                            reply: Arc::clone(&reply),
+                            _budget: Some(budget),
+                        })
+                    }
                     Err(message) => reply.send_error(sample.id, message),
                 },
                 Ok(Some(ToNode { kind: None })) => {
@@ -317,22 +344,8 @@ where
             }
         }
 
-        if !chunk.is_empty() {
-            let n = chunk.len();
-            reply.lock().pending += n;
-            node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
-            tokio::select! {
-                _ = node.batcher.submit(&mut chunk) => {}
-                _ = stopped(&mut stop) => {}
-            }
-            // Whatever did not get queued (shutdown) will not be answered.
-            let left = chunk.len();
-            if left > 0 {
-                chunk.clear();
-                reply.lock().pending -= left;
-                node.outstanding.fetch_sub(left as u64, Ordering::Relaxed);
-                break 'read;
-            }
+        if !submit(&mut chunk, &reply, &node, &mut stop).await {
+            break 'read;
         }
         if ended {
             break;
@@ -344,6 +357,75 @@ where
         outbox.input_error = input_error;
     }
     reply.wake.notify_one();
+}
+
+/// Hands `chunk` to the batcher; false when the node stops first (what did
+/// not get queued will not be answered).
+async fn submit(
+    chunk: &mut Vec<Job>,
+    reply: &Reply,
+    node: &Node,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    if chunk.is_empty() {
+        return true;
+    }
+    let n = chunk.len();
+    reply.lock().pending += n;
+    node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
+    tokio::select! {
+        _ = node.batcher.submit(chunk) => {}
+        _ = stopped(stop) => {}
+    }
+    let left = chunk.len();
+    if left > 0 {
+        chunk.clear();
+        reply.lock().pending -= left;
+        node.outstanding.fetch_sub(left as u64, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
+/// A sample's input: raw payloads as they are; compressed ones decoded on
+/// the blocking pool, a bounded number at a time, so that decoding never
+/// holds up the network threads.
+async fn decode(
+    node: &Node,
+    codec: i32,
+    payload: Bytes,
+    max_input: usize,
+) -> Result<Bytes, String> {
+    if codec == Codec::None as i32 {
+        return codec::decode_input(codec, payload, max_input);
+    }
+    let _turn = Arc::clone(&node.decoding)
+        .acquire_owned()
+        .await
+        .map_err(|_| "the node is stopping".to_string())?;
+    tokio::task::spawn_blocking(move || codec::decode_input(codec, payload, max_input))
+        .await
+        .unwrap_or_else(|e| Err(format!("decoding failed: {e}")))
+}
+
+/// Bytes are counted against the decoded-bytes budget in KiB.
+const BUDGET_UNIT: usize = 1024;
+
+/// The budget units `len` decoded bytes take (at most the whole budget, so
+/// that any input the limits accept can run).
+fn budget_units(len: usize, node: &Node) -> u32 {
+    let total = node
+        .config
+        .limits
+        .max_decoded_bytes
+        .div_ceil(BUDGET_UNIT)
+        .max(1);
+    len.div_ceil(BUDGET_UNIT).clamp(1, total) as u32
+}
+
+/// The number of units of the whole budget, for the node's semaphore.
+pub(crate) fn budget_total(max_decoded_bytes: usize) -> usize {
+    max_decoded_bytes.div_ceil(BUDGET_UNIT).max(1)
 }
 
 /// The stream's next message if it is already here, without waiting.
@@ -672,6 +754,7 @@ mod tests {
             id,
             input: Bytes::from_static(b"x"),
             reply: Arc::clone(&reply),
+            _budget: None,
         };
         run(&mut vec![job(10), job(11)], false);
         let outbox = reply.lock();

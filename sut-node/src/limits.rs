@@ -14,6 +14,9 @@ pub struct Limits {
     /// Answer bytes waiting for one stream's reader; past it the node stops
     /// taking samples from that stream until its reader catches up.
     pub max_waiting_answer_bytes: usize,
+    /// Input bytes (as decoded) of the samples received and not yet run,
+    /// all streams together; past it the node stops reading samples.
+    pub max_decoded_bytes: usize,
     /// Connections served at once, all clients together.
     pub max_connections: usize,
     /// Connections served at once from one IP address.
@@ -37,6 +40,7 @@ impl Default for Limits {
         Self {
             max_message_bytes: crate::codec::DEFAULT_MAX_INPUT_BYTES + MESSAGE_OVERHEAD,
             max_waiting_answer_bytes: 16 << 20,
+            max_decoded_bytes: 512 << 20,
             max_connections: 256,
             max_connections_per_peer: 64,
             max_streams_per_connection: 8,

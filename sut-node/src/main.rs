@@ -217,6 +217,13 @@ struct LimitArgs {
           help_heading = "Limits")]
     max_waiting_answer_bytes: usize,
 
+    /// Input bytes (as decoded) of the samples received and not yet run, all
+    /// streams together; past it the node stops reading samples.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_decoded_bytes,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 40),
+          help_heading = "Limits")]
+    max_decoded_bytes: usize,
+
     /// Connections served at once, all clients together (gRPC and QUIC
     /// each); more are closed at once.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections,
@@ -259,6 +266,7 @@ impl LimitArgs {
         Ok(Limits {
             max_message_bytes: max_input_bytes + MESSAGE_OVERHEAD,
             max_waiting_answer_bytes: self.max_waiting_answer_bytes,
+            max_decoded_bytes: self.max_decoded_bytes,
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,
             max_streams_per_connection: self.max_streams_per_connection,

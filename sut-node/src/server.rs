@@ -16,7 +16,7 @@ use proto::{
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
@@ -124,6 +124,7 @@ pub async fn serve_on(
         batch_runner(Arc::clone(&backend), Arc::clone(&outstanding)),
     )?;
     let grace = config.shutdown_grace;
+    let config_limits = config.limits;
     let node = Arc::new(Node {
         backend_name: backend.name().to_string(),
         config,
@@ -133,6 +134,12 @@ pub async fn serve_on(
         stop: stop_rx.clone(),
         streams: AtomicU64::new(0),
         refused: Mutex::new(HashMap::new()),
+        decoded: Arc::new(Semaphore::new(infer::budget_total(
+            config_limits.max_decoded_bytes,
+        ))),
+        decoding: Arc::new(Semaphore::new(
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )),
     });
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
@@ -256,6 +263,11 @@ pub(crate) struct Node {
     pub(crate) stop: watch::Receiver<bool>,
     /// Numbers the Infer streams in the logs.
     pub(crate) streams: AtomicU64,
+    /// The decoded-bytes budget of the samples received and not yet run
+    /// (`Limits::max_decoded_bytes`, in KiB).
+    pub(crate) decoded: Arc<Semaphore>,
+    /// Turns to decode compressed inputs, one per core.
+    pub(crate) decoding: Arc<Semaphore>,
     /// Connections (by peer address) whose last session was refused, with
     /// the reason: their Infer streams are refused too.
     refused: Mutex<HashMap<SocketAddr, String>>,

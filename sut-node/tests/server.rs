@@ -752,3 +752,48 @@ async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_serve
     assert_eq!(node.outstanding().await, 0);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn decoded_inputs_waiting_to_run_stay_within_the_budget() {
+    const INPUT: usize = 16 << 10;
+    let (backend, mut gates) = Gated::new(false, true);
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_decoded_bytes: 4 * INPUT,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-budget")
+    };
+    let mut node = Node::ready(config, backend).await;
+    let (tx, mut stream) = node.open_stream().await;
+    // Small zstd frames that each decode to 16 KiB.
+    let frame = compression::CodecSpec::from(compression::CodecKind::Zstd)
+        .codec()
+        .compress(&[0u8; INPUT]);
+    assert!(frame.len() < 100);
+    let compressed = |id| sample(id, frame.clone(), Codec::Zstd);
+    tx.send(compressed(0)).await.unwrap();
+    assert_eq!(within("first batch", gates.batches.recv()).await, Some(1));
+    // The backend holds sample 0; of the next 20, only those that fit in
+    // the budget (with sample 0: four) are taken.
+    for id in 1..=20 {
+        tx.send(compressed(id)).await.unwrap();
+    }
+    let mut outstanding = 0;
+    while outstanding < 4 {
+        outstanding = node.outstanding().await;
+    }
+    for _ in 0..20 {
+        let now = node.outstanding().await;
+        assert!(now <= 4, "{now} samples held with a budget of four");
+    }
+    // Once the backend runs, every sample is answered.
+    gates.first_batch.send(()).unwrap();
+    drop(tx);
+    let mut answered = HashSet::new();
+    while let Some(m) = within("answers", stream.message()).await.unwrap() {
+        answered.extend(m.answers.iter().map(|a| a.id));
+    }
+    assert_eq!(answered.len(), 21);
+    node.stop().await;
+}
