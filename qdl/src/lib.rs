@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use compression::wire::wire_name;
@@ -173,6 +173,27 @@ fn label(addr: &NodeAddr, name: Option<&str>) -> String {
 }
 
 impl Qdl {
+    /// [`Qdl::connect`], retried while a node answers that it is not ready
+    /// (its backend still loading), for up to `wait`; `waiting` is told which
+    /// node is waited for, before each retry. Other failures end it at once.
+    pub fn connect_when_ready(
+        config: QdlConfig,
+        data: Arc<dyn SampleData>,
+        wait: Duration,
+        mut waiting: impl FnMut(&str, Duration),
+    ) -> Result<Qdl, QdlError> {
+        let started = Instant::now();
+        loop {
+            match Qdl::connect(config.clone(), Arc::clone(&data)) {
+                Err(QdlError::NotReady { node }) if started.elapsed() < wait => {
+                    waiting(&node, started.elapsed());
+                    std::thread::sleep(READY_POLL.min(wait.saturating_sub(started.elapsed())));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Opens `connections_per_node` connections to every node, starts a
     /// session on each and opens its data stream. Fails on the first node
     /// that cannot be reached, refuses the session, is not ready, speaks
@@ -651,6 +672,9 @@ fn node_names(
     check_unique(&names, &refs)?;
     Ok(names)
 }
+
+/// How often a node that is not ready is asked again.
+const READY_POLL: Duration = Duration::from_secs(1);
 
 /// The longest node name accepted, in bytes.
 pub const MAX_NODE_NAME_BYTES: usize = 128;

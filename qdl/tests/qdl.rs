@@ -448,3 +448,43 @@ fn an_unreachable_node_fails_connect_fast() {
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
+
+#[test]
+fn connect_waits_for_a_node_whose_backend_is_loading() {
+    let good = FakeNode::start(Behaviour::named("ok"));
+    let loading = FakeNode::start(Behaviour {
+        loading_sessions: 3,
+        ..Behaviour::named("slow")
+    });
+    let mut told = Vec::new();
+    let qdl = Qdl::connect_when_ready(
+        config(&[&good, &loading]),
+        Samples::new(8),
+        Duration::from_secs(60),
+        |node, _| told.push(node.to_string()),
+    )
+    .expect("connects once the node is ready");
+    assert_eq!(qdl.node_names(), ["ok", "slow"]);
+    assert!(!told.is_empty(), "the wait was reported");
+    assert!(told.iter().all(|n| n.contains(&loading.addr)), "{told:?}");
+
+    // A node that stays loading fails once the wait is over, naming it.
+    let never = FakeNode::start(Behaviour {
+        ready: false,
+        ..Behaviour::named("never")
+    });
+    let started = Instant::now();
+    let e = Qdl::connect_when_ready(
+        config(&[&never]),
+        Samples::new(8),
+        Duration::from_millis(1500),
+        |_, _| {},
+    )
+    .err()
+    .expect("fails");
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    assert!(
+        matches!(e, QdlError::NotReady { .. }) && e.to_string().contains(&never.addr),
+        "{e}"
+    );
+}

@@ -118,6 +118,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
     pub progress_timeout: f64,
 
+    /// Seconds to wait for sut-nodes whose backend is still loading (each
+    /// retried every second, the one waited for printed); 0: fail at once.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    pub ready_timeout: f64,
+
     /// After an accuracy run against `synthetic` sut-nodes, check that every
     /// logged answer is the one for the sample issued under that id.
     #[arg(long)]
@@ -235,7 +240,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         qsl.name(),
         config.nodes.len()
     );
-    let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+    let ready_timeout = Duration::try_from_secs_f64(args.ready_timeout)
+        .ok()
+        .filter(|t| t.as_secs() <= 86_400)
+        .context("--ready-timeout must be a number of seconds from 0 to 86400")?;
+    let waiting = crate::progress::waiting_for_nodes();
+    let qdl = Qdl::connect_when_ready(config, qsl.clone(), ready_timeout, waiting)
+        .context("cannot reach the sut-nodes")?;
     let outcome = {
         let _progress = Progress::start(live.clone());
         start_test_with_live(

@@ -40,6 +40,8 @@ pub struct Behaviour {
     pub name_reply: Option<String>,
     pub refusal: String,
     pub ready: bool,
+    /// Not ready for its first N sessions (a backend still loading).
+    pub loading_sessions: usize,
     pub version: u32,
     /// Input codecs announced in its sessions (it decodes them all).
     pub input_codecs: Vec<Codec>,
@@ -76,6 +78,7 @@ impl Behaviour {
             name_reply: None,
             refusal: String::new(),
             ready: true,
+            loading_sessions: 0,
             version: PROTOCOL_VERSION,
             input_codecs: vec![Codec::None, Codec::Zstd, Codec::Lz4],
             output_codec: Codec::None,
@@ -138,11 +141,15 @@ impl SutNode for Service {
         &self,
         req: Request<SessionRequest>,
     ) -> Result<Response<SessionReply>, Status> {
-        self.log.sessions.lock().unwrap().push(req.into_inner());
+        let seen = {
+            let mut sessions = self.log.sessions.lock().unwrap();
+            sessions.push(req.into_inner());
+            sessions.len()
+        };
         Ok(Response::new(SessionReply {
             protocol_version: self.b.version,
             node_name: self.b.name.clone(),
-            ready: self.b.ready,
+            ready: self.b.ready && seen > self.b.loading_sessions,
             refusal: self.b.refusal.clone(),
             backend: "fake".into(),
             max_batch_size: 1,
