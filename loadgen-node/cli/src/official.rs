@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use loadgen_engine::{
     QuerySample, QuerySampleLibrary, QuerySampleResponse, Scenario, SystemUnderTest, TestMode,
 };
-use qdl::{ForeignLoadGen, ForeignSut, Qdl};
+use qdl::{ForeignLoadGen, ForeignSut};
 
 use crate::run::{self, RunArgs};
 use loadgen_engine::null_sut::SizedQsl;
