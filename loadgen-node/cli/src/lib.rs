@@ -3,7 +3,9 @@
 //! progress line, the checker of synthetic-backend accuracy runs and the TLS
 //! options.
 
+pub mod audit;
 pub mod benchmarks;
+pub mod compliance;
 pub mod npy;
 pub mod progress;
 pub mod qsl;

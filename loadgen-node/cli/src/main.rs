@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use loadgen_cli::audit::{audit, AuditArgs};
 use loadgen_cli::run::{run, RunArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -13,15 +14,37 @@ use loadgen_cli::run::{run, RunArgs};
 /// --conf), --user-conf, --set, --mode/--scenario, and an audit.config
 /// (--audit-config, or ./audit.config when present, as the official LoadGen).
 #[derive(Parser, Debug)]
-#[command(name = "loadgen-node", version, about)]
+#[command(
+    name = "loadgen-node",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     #[command(flatten)]
     run: RunArgs,
 }
 
+/// Steps of a submission besides a single run.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Run a compliance audit (TEST01, TEST04, TEST06) with the run flags,
+    /// making the reference runs it needs when missing, and verify it by the
+    /// test's published rules. --output-dir is the scenario's results
+    /// directory. Exit status 4 when the audit fails.
+    Audit(AuditArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(&cli.run) {
+    let result = match &cli.command {
+        Some(Command::Audit(args)) => audit(args),
+        None => run(&cli.run),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("loadgen-node: error: {e:#}");
