@@ -22,6 +22,7 @@ mod conn;
 mod error;
 mod foreign;
 mod policy;
+pub mod probe;
 mod report;
 mod transport;
 

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod benchmarks;
 pub mod compliance;
 pub mod npy;
+pub mod preflight;
 pub mod progress;
 pub mod qsl;
 pub mod run;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use loadgen_cli::audit::{audit, AuditArgs};
+use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::run::{run, RunArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -36,12 +37,20 @@ enum Command {
     /// test's published rules. --output-dir is the scenario's results
     /// directory. Exit status 4 when the audit fails.
     Audit(AuditArgs),
+    /// Measure the network to each sut-node before a run: round trips,
+    /// throughput each way with the benchmark's sample size, clock offset,
+    /// the NICs on both ends and the nodes' self-description. Prints a
+    /// table and writes network.json; with --target-qps checks the rules'
+    /// minimum bandwidth (exit status 5 when below); with --system-json
+    /// fills the system description's Network-division fields.
+    Preflight(PreflightArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::Audit(args)) => audit(args),
+        Some(Command::Preflight(args)) => preflight(args),
         None => run(&cli.run),
     };
     match result {
