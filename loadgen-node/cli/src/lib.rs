@@ -11,5 +11,6 @@ pub mod preflight;
 pub mod progress;
 pub mod qsl;
 pub mod run;
+pub mod submission;
 pub mod tls;
 pub mod verify;

@@ -8,6 +8,7 @@ use clap::Parser;
 use loadgen_cli::audit::{audit, AuditArgs};
 use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::run::{run, RunArgs};
+use loadgen_cli::submission::{submission, SubmissionArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
 ///
@@ -44,6 +45,13 @@ enum Command {
     /// minimum bandwidth (exit status 5 when below); with --system-json
     /// fills the system description's Network-division fields.
     Preflight(PreflightArgs),
+    /// Run everything a submission needs from a TOML plan (accuracy,
+    /// performance and the required audits of each benchmark and
+    /// scenario), laid out as the submission checker reads it; finished
+    /// runs are kept, so it resumes. Prints what is VALID and what is
+    /// missing, and the official checker's verdict given --inference.
+    /// Exit status 6 when something is missing or failed.
+    Submission(SubmissionArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +59,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Some(Command::Audit(args)) => audit(args),
         Some(Command::Preflight(args)) => preflight(args),
+        Some(Command::Submission(args)) => submission(args),
         None => run(&cli.run),
     };
     match result {
