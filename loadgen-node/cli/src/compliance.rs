@@ -456,11 +456,16 @@ fn score_key(scenario: &str) -> Option<&'static str> {
     })
 }
 
-/// Scenario, score and Server target latency of a detail log; Err(line) is
-/// the official script's failure line.
-fn detail_score(
-    path: &Path,
-) -> Result<Result<(String, f64, Option<Value>), String>, ComplianceError> {
+/// Scenario, score and Server target latency of a detail log.
+struct Scored {
+    scenario: String,
+    score: f64,
+    latency: Option<Value>,
+}
+
+/// The score of a detail log; Err(line) is the official script's failure
+/// line.
+fn detail_score(path: &Path) -> Result<Result<Scored, String>, ComplianceError> {
     let log = DetailLog::read(path)?;
     let scenario = log
         .get("effective_scenario")
@@ -487,7 +492,11 @@ fn detail_score(
     let latency = (scenario == "Server")
         .then(|| log.get("effective_target_latency_ns").cloned())
         .flatten();
-    Ok(Ok((scenario, score, latency)))
+    Ok(Ok(Scored {
+        scenario,
+        score,
+        latency,
+    }))
 }
 
 /// TEST01's performance check: the audit run's score within 10 % of the
@@ -502,11 +511,19 @@ pub fn test01_performance(reference: &Path, test: &Path) -> Result<Report, Compl
             lines,
         })
     };
-    let (ref_scenario, ref_score, ref_latency) = match detail_score(reference)? {
+    let Scored {
+        scenario: ref_scenario,
+        score: ref_score,
+        latency: ref_latency,
+    } = match detail_score(reference)? {
         Ok(s) => s,
         Err(why) => return fail(lines, why),
     };
-    let (test_scenario, test_score, test_latency) = match detail_score(test)? {
+    let Scored {
+        scenario: test_scenario,
+        score: test_score,
+        latency: test_latency,
+    } = match detail_score(test)? {
         Ok(s) => s,
         Err(why) => return fail(lines, why),
     };

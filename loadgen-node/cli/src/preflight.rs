@@ -145,7 +145,7 @@ fn nic_text(n: &Option<Nic>) -> String {
         Some(n) => {
             let speed = match n.speed_mbps {
                 0 => "speed unknown".to_string(),
-                s => format!("{}", rate(s)),
+                s => rate(s),
             };
             let driver = match n.driver.as_str() {
                 "" => n.link_type.clone(),

@@ -401,7 +401,7 @@ fn write_measurements(plan: &Plan, b: &PlanBenchmark, s: Scenario, dir: &Path) -
             s.as_str()
         ),
     )?;
-    let fill = json!(format!("{PLACEHOLDER}"));
+    let fill = json!(PLACEHOLDER);
     let measurements = json!({
         "input_data_types": fill,
         "retraining": "no",
@@ -653,7 +653,7 @@ pub fn submission(args: &SubmissionArgs) -> Result<ExitCode> {
             rows.push(scenario(&plan, b, *s)?);
         }
     }
-    println!("\n{:<28} {}", "result", "state");
+    println!("\n{:<28} state", "result");
     for r in &rows {
         let cells = r
             .cells
