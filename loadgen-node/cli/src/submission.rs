@@ -12,6 +12,7 @@
 //! division = "network"            # default
 //! output = "submission"           # the tree's root, beside the plan
 //! sut = "node-a:50051,node-b:50051"
+//! engine = "native"               # default; another is passed as --engine
 //! run_flags = ["--connections-per-node", "4"]   # for every run
 //! inference = "/path/to/mlcommons/inference"    # optional: the checker
 //!
@@ -78,6 +79,8 @@ pub struct Plan {
     pub output: PathBuf,
     pub sut: String,
     pub run_flags: Vec<String>,
+    /// The LoadGen engine of every run; `native` (the default) needs no flag.
+    pub engine: String,
     pub inference: Option<PathBuf>,
     pub checker_version: String,
     pub benchmarks: Vec<PlanBenchmark>,
@@ -132,7 +135,11 @@ impl Plan {
         let name = path.display().to_string();
         let table: toml::Table =
             toml::from_str(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let base = path.parent().unwrap_or(Path::new("."));
+        // A bare file name has an empty parent: the current directory.
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         Plan::from_table(&name, base, &table)
     }
 
@@ -147,6 +154,7 @@ impl Plan {
             "inference",
             "checker_version",
             "benchmark",
+            "engine",
         ];
         for k in t.keys() {
             if !KEYS.contains(&k.as_str()) {
@@ -188,6 +196,7 @@ impl Plan {
             output: base.join(text("output", Some("submission"))?),
             sut: text("sut", None)?,
             run_flags,
+            engine: text("engine", Some("native"))?,
             inference: t
                 .get("inference")
                 .and_then(|v| v.as_str())
@@ -334,6 +343,9 @@ fn run_args(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<RunArgs> {
         "--scenario".into(),
         s.as_str().into(),
     ];
+    if plan.engine != "native" {
+        argv.extend(["--engine".to_string(), plan.engine.clone()]);
+    }
     argv.extend(plan.run_flags.iter().cloned());
     argv.extend(b.run_flags.iter().cloned());
     for (scenario, settings) in &b.settings {
@@ -841,6 +853,11 @@ target_qps = 2000
         assert!(err.contains("`system` is missing"), "{err}");
         let err = plan(&format!("extra = 1\n{GOOD}")).unwrap_err().to_string();
         assert!(err.contains("unknown key `extra`"), "{err}");
+        let p = plan(&format!("engine = \"other\"\n{GOOD}")).unwrap();
+        let err = run_args(&p, &p.benchmarks[0], Scenario::Offline)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--engine"), "{err}");
         let p = plan(&GOOD.replace("\"64\"", "\"sixty-four\"")).unwrap();
         let err = run_args(&p, &p.benchmarks[0], Scenario::Offline)
             .unwrap_err()
