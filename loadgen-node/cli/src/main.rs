@@ -33,24 +33,29 @@ struct Cli {
 /// Steps of a submission besides a single run.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// Run a compliance audit (TEST01, TEST04, TEST06) with the run flags,
-    /// making the reference runs it needs when missing, and verify it by the
-    /// test's published rules. --output-dir is the scenario's results
-    /// directory. Exit status 4 when the audit fails.
+    /// Run and verify a compliance audit (TEST01, TEST04, TEST06).
+    ///
+    /// Runs the audit with the run flags, and the reference runs it needs
+    /// when they are missing, then verifies it by the test's published
+    /// rules. --output-dir is the scenario's results directory. Exit status
+    /// 4 when the audit fails.
     Audit(AuditArgs),
-    /// Measure the network to each sut-node before a run: round trips,
-    /// throughput each way with the benchmark's sample size, clock offset,
-    /// the NICs on both ends and the nodes' self-description. Prints a
-    /// table and writes network.json; with --target-qps checks the rules'
-    /// minimum bandwidth (exit status 5 when below); with --system-json
-    /// fills the system description's Network-division fields.
+    /// Measure the network to each sut-node before a run.
+    ///
+    /// Measures round trips, throughput each way with the benchmark's sample
+    /// size, the clock offset, the NICs on both ends and the nodes'
+    /// self-description. Prints a table and writes network.json; with
+    /// --target-qps checks the rules' minimum bandwidth (exit status 5 when
+    /// below); with --system-json fills the system description's
+    /// Network-division fields.
     Preflight(PreflightArgs),
-    /// Run everything a submission needs from a TOML plan (accuracy,
-    /// performance and the required audits of each benchmark and
-    /// scenario), laid out as the submission checker reads it; finished
-    /// runs are kept, so it resumes. Prints what is VALID and what is
-    /// missing, and the official checker's verdict given --inference.
-    /// Exit status 6 when something is missing or failed.
+    /// Run everything a submission needs from a TOML plan.
+    ///
+    /// Runs the accuracy and performance runs and the required audits of
+    /// each benchmark and scenario, laid out as the submission checker reads
+    /// them; finished runs are kept, so it resumes. Prints what is VALID and
+    /// what is missing, and the official checker's verdict given
+    /// --inference. Exit status 6 when something is missing or failed.
     Submission(SubmissionArgs),
 }
 
