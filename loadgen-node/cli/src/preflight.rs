@@ -94,7 +94,6 @@ pub struct PreflightArgs {
 pub fn bandwidth_rule(model: &str) -> Option<(u64, u64)> {
     Some(match model {
         "resnet50" => (224 * 224 * 3, 0),
-        "retinanet" => (800 * 800 * 3, 0),
         "bert" => (384 * 3, 0),
         "3d-unet" => (32_944_795, 32_944_795),
         _ => return None,
@@ -351,7 +350,7 @@ fn bandwidth_verdict(
 ) -> Result<BandwidthVerdict> {
     let Some((elements_in, elements_out)) = bandwidth_rule(&args.model) else {
         bail!(
-            "--target-qps: no minimum-bandwidth rule known for {} (known: resnet50, retinanet, bert, 3d-unet)",
+            "--target-qps: no minimum-bandwidth rule known for {} (known: resnet50, bert, 3d-unet)",
             args.model
         );
     };
