@@ -456,15 +456,29 @@ fn system_fields(args: &PreflightArgs, reports: &[NodeReport]) -> Map<String, Va
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let stack = |who: &str| {
-        format!(
-            "{who}; {protocol}; {} kernel network stack",
-            proto::host::kernel()
-        )
+    let protocol = match args.input_codec.compresses() {
+        true => format!("{protocol}; inputs {}-compressed", args.input_codec),
+        false => format!("{protocol}; payloads uncompressed"),
     };
+    // The libraries that carry the bytes, per transport.
+    let libraries = transports
+        .iter()
+        .map(|t| match t {
+            Transport::Grpc => "tonic gRPC, hyper HTTP/2, tokio; kernel TCP/IP",
+            Transport::Grpcs => "tonic gRPC, hyper HTTP/2, rustls TLS 1.3, tokio; kernel TCP/IP",
+            Transport::Quic => "quinn QUIC, rustls TLS 1.3, tokio; kernel UDP/IP",
+        })
+        .collect::<Vec<_>>()
+        .join(" / ");
+    let loadgen_stack = format!(
+        "mlperf-net loadgen-node {} ({libraries}) on {}, {}",
+        env!("CARGO_PKG_VERSION"),
+        proto::host::os_name(),
+        proto::host::kernel()
+    );
     let sut_stacks = distinct(reports.iter().map(|r| {
         format!(
-            "{} ({} backend) on {}, {} kernel network stack",
+            "{} ({} backend; {libraries}) on {}, {}",
             r.described.node_version, r.described.backend, r.described.os, r.described.kernel
         )
     }));
@@ -498,13 +512,7 @@ fn system_fields(args: &PreflightArgs, reports: &[NodeReport]) -> Map<String, Va
             .join("; ")),
     );
     set("number_nic_loadgen", json!(local.len().to_string()));
-    set(
-        "net_software_stack_loadgen",
-        json!(stack(&format!(
-            "mlperf-net loadgen-node {}",
-            env!("CARGO_PKG_VERSION")
-        ))),
-    );
+    set("net_software_stack_loadgen", json!(loadgen_stack));
     set("network_protocol", json!(protocol));
     set(
         "number_connections",
