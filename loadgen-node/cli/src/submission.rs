@@ -20,6 +20,8 @@
 //! model = "resnet50"
 //! scenarios = ["Offline", "Server", "SingleStream", "MultiStream"]
 //! accuracy_command = "python3 accuracy-imagenet.py --mlperf-accuracy-file {accuracy_log} ..."
+//! audit_dtype = "int32"           # TEST01/TEST06 --dtype (default byte/int32)
+//! eos_token_id = 2                # TEST06 (default 2)
 //! [benchmark.settings]            # user.conf settings of every scenario
 //! min_duration = 600000
 //! [benchmark.settings.Offline]    # and of one scenario
@@ -36,7 +38,7 @@ use serde_json::{json, Map};
 use sha2::{Digest, Sha256};
 
 use crate::audit::{self, accuracy_dir, performance_dir, run_done};
-use crate::compliance::{self, AuditTest};
+use crate::compliance::{self, AuditTest, Dtype};
 use crate::preflight::{self, PreflightArgs, PLACEHOLDER};
 use crate::run::RunArgs;
 
@@ -67,6 +69,9 @@ pub struct PlanBenchmark {
     /// `--set key=value` of each scenario.
     pub settings: Vec<(Scenario, Vec<String>)>,
     pub accuracy_command: Option<String>,
+    /// The audits' --dtype and --eos-token-id (TEST01, TEST06).
+    pub audit_dtype: Option<Dtype>,
+    pub eos_token_id: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -247,6 +252,8 @@ impl PlanBenchmark {
             "run_flags",
             "settings",
             "accuracy_command",
+            "audit_dtype",
+            "eos_token_id",
         ];
         for k in e.keys() {
             if !KEYS.contains(&k.as_str()) {
@@ -322,6 +329,19 @@ impl PlanBenchmark {
                 .get("accuracy_command")
                 .and_then(|v| v.as_str())
                 .map(String::from),
+            audit_dtype: match e.get("audit_dtype") {
+                Some(toml::Value::String(d)) => Some(
+                    d.parse()
+                        .map_err(|err| anyhow::anyhow!("{what}: audit_dtype: {err}"))?,
+                ),
+                Some(_) => bail!("{what}: audit_dtype must be a string"),
+                None => None,
+            },
+            eos_token_id: match e.get("eos_token_id") {
+                Some(toml::Value::Integer(i)) => *i,
+                Some(_) => bail!("{what}: eos_token_id must be an integer"),
+                None => 2,
+            },
         })
     }
 }
@@ -578,7 +598,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
                 Some(true) => true,
                 _ => {
                     audit::run_audit(test, &args, &dir)?;
-                    audit::verify(test, &dir, &reference, &args, None, 2)?
+                    audit::verify(test, &dir, &reference, &args, b.audit_dtype, b.eos_token_id)?
                 }
             };
             if test == AuditTest::Test01 {
