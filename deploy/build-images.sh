@@ -18,7 +18,12 @@
 #                 network path (see docs/deploy.md).
 #   --profile     cargo profile (default release; debug reuses the test
 #                 build);
-#   --no-build    package the binaries already in the target directory.
+#   --no-build    package the binaries already in the target directory;
+#   --official-loadgen
+#                 loadgen-node with the official LoadGen compiled in
+#                 (`--engine official`; sources fetched and checked by
+#                 deploy/official-loadgen.sh, or MLPERF_LOADGEN_SRC); glibc
+#                 only.
 # The cargo target directory is the workspace's usual one (CARGO_TARGET_DIR
 # and cargo config honoured), so builds are incremental.
 set -euo pipefail
@@ -27,6 +32,7 @@ cd "$(dirname "$0")/.."
 libc=${LIBC:-glibc}
 profile=${PROFILE:-release}
 build=1
+official=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --libc) libc=$2; shift 2 ;;
@@ -34,6 +40,7 @@ while [ $# -gt 0 ]; do
     --profile) profile=$2; shift 2 ;;
     --profile=*) profile=${1#--profile=}; shift ;;
     --no-build) build=0; shift ;;
+    --official-loadgen) official=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-images.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -67,10 +74,17 @@ if [ "$libc" = musl ] && [ -z "${CC_x86_64_unknown_linux_musl:-}" ] &&
     fi
 fi
 
+if [ "$official" = 1 ]; then
+    [ "$libc" = glibc ] || { echo "build-images.sh: --official-loadgen needs --libc glibc (the LoadGen is C++)" >&2; exit 2; }
+    MLPERF_LOADGEN_SRC=$(deploy/official-loadgen.sh --src-only)
+    export MLPERF_LOADGEN_SRC
+fi
+
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 [ -n "$target_dir" ] || { echo "build-images.sh: cannot find cargo's target directory" >&2; exit 1; }
 cargo_flags=(--bin loadgen-node --bin sut-node)
 [ "$profile" = release ] && cargo_flags+=(--release)
+[ "$official" = 1 ] && cargo_flags+=(--features loadgen-cli/official-loadgen)
 if [ "$libc" = musl ]; then
     cargo_flags+=(--target "$musl_target")
     bin_dir=$target_dir/$musl_target/$profile
@@ -135,6 +149,7 @@ for bin in loadgen-node sut-node; do
     if ! docker build -f "deploy/$bin.Dockerfile" -t "$image" \
         --label "org.opencontainers.image.title=$bin" \
         --label "mlperf-net.libc=$libc" --label "mlperf-net.profile=$profile" \
+        --label "mlperf-net.official-loadgen=$official" \
         "$ctx" >"$work/$bin.log" 2>&1; then
         cat "$work/$bin.log" >&2
         echo "build-images.sh: docker build of $image failed" >&2

@@ -255,9 +255,15 @@ pub fn node_failure_ends_run(
 /// For the benches: builds the release binaries of loadgen-node and sut-node
 /// and returns loadgen-node's path.
 pub fn build_release() -> PathBuf {
+    build_release_with(&[])
+}
+
+/// `build_release` with extra cargo arguments (features).
+pub fn build_release_with(extra: &[&str]) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args(["build", "--release", "-p", "loadgen-cli", "-p", "sut-node"])
+        .args(extra)
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building the release binaries failed");

@@ -29,6 +29,11 @@ use crate::Qdl;
 pub trait ForeignLoadGen: Send + Sync {
     fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]);
     fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]);
+    /// The run failed (called once, after the outstanding samples were
+    /// completed). The official LoadGen goes on issuing until its minimum
+    /// duration and query count are met whatever happens; a caller that
+    /// cannot wait that long ends the process here.
+    fn failed(&self, _reason: &str) {}
 }
 
 /// Samples completed in one call while draining after a failure: the
@@ -120,13 +125,13 @@ impl CompletionSink for Tracker {
     }
 
     fn abort(&self, reason: String) {
-        if self.failure.set(reason).is_ok() {
-            if let Some(r) = self.failure.get() {
-                tracing::error!("the network SUT failed; ending the test: {r}");
-            }
-        }
+        let first = self.failure.set(reason).is_ok();
         self.failed.store(true, Ordering::SeqCst);
         self.drain();
+        if let (true, Some(reason)) = (first, self.failure.get()) {
+            tracing::error!("the network SUT failed: {reason}");
+            self.out.failed(reason);
+        }
     }
 }
 
@@ -173,6 +178,12 @@ impl ForeignSut {
     /// `FlushQueries()`.
     pub fn flush_queries(&self) {
         self.qdl.flush_queries();
+    }
+
+    /// Ends the run (as a failing node does): every outstanding and later
+    /// sample is completed at once; the first reason is kept.
+    pub fn fail(&self, reason: String) {
+        self.tracker.abort(reason);
     }
 
     /// Why the run failed, if it did.

@@ -16,6 +16,43 @@
 //! A watchdog per connection aborts the run when a node with outstanding
 //! samples goes silent. Every failure aborts the run through the Completer
 //! with a reason that names the node, so a run never hangs.
+//!
+//! The QDL is the engine's SUT; the QSL hands it the loaded samples through
+//! [`SampleData`]:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use bytes::Bytes;
+//! use loadgen_engine::null_sut::SizedQsl;
+//! use loadgen_engine::runner::{start_test, LogSettings};
+//! use loadgen_engine::{QuerySampleIndex, Scenario, TestSettings};
+//! use qdl::{Qdl, QdlConfig, SampleData, StoredSample};
+//!
+//! /// Every sample is 64 bytes of its index.
+//! struct Data;
+//!
+//! impl SampleData for Data {
+//!     fn sample(&self, index: QuerySampleIndex) -> Option<StoredSample> {
+//!         Some(StoredSample::raw(Bytes::from(vec![index as u8; 64])))
+//!     }
+//! }
+//!
+//! let config = QdlConfig {
+//!     nodes: vec!["127.0.0.1:50051".parse()?, "quic://127.0.0.1:50052".parse()?],
+//!     model: "resnet50".into(),
+//!     scenario: "Offline".into(),
+//!     ..QdlConfig::default()
+//! };
+//! let qdl = Qdl::connect(config, Arc::new(Data))?;
+//! let settings = TestSettings {
+//!     scenario: Scenario::Offline,
+//!     ..TestSettings::default()
+//! };
+//! let outcome = start_test(&qdl, &SizedQsl::new(1024, 1024), &settings, &LogSettings::default(), None)?;
+//! println!("{}", outcome.performance.map(|p| p.summary).unwrap_or_default());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod config;
 mod conn;

@@ -7,6 +7,8 @@ pub mod audit;
 pub mod benchmarks;
 pub mod compliance;
 pub mod npy;
+#[cfg(feature = "official-loadgen")]
+mod official;
 pub mod preflight;
 pub mod progress;
 pub mod qsl;

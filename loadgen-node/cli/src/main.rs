@@ -18,13 +18,19 @@ use loadgen_cli::submission::{submission, SubmissionArgs};
 #[derive(Parser, Debug)]
 #[command(
     name = "loadgen-node",
-    version,
     about,
+    disable_version_flag = true,
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// Print the version of loadgen-node and of each engine (for the
+    /// official LoadGen: its version and whether its source tree is the
+    /// released one).
+    #[arg(long, short = 'V')]
+    version: bool,
 
     #[command(flatten)]
     run: RunArgs,
@@ -61,6 +67,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.version {
+        print!("{}", loadgen_cli::run::versions());
+        return ExitCode::SUCCESS;
+    }
     let result = match &cli.command {
         Some(Command::Audit(args)) => audit(args),
         Some(Command::Preflight(args)) => preflight(args),

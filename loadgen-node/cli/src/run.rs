@@ -21,9 +21,25 @@ use loadgen_engine::runner::{start_test_with_live, AuditConfig, LogSettings, Tes
 use loadgen_engine::{QuerySampleLibrary, Scenario, TestMode, TestSettings};
 use qdl::{Codec, NodeAddr, Qdl, QdlConfig};
 
+/// Which LoadGen runs the test.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// This project's engine: trace-exact with the official LoadGen 6.0.17,
+    /// for development, regression runs and bring-up.
+    Native,
+    /// The official LoadGen, compiled unaltered into this binary (cargo
+    /// feature `official-loadgen`): the engine of runs to be submitted.
+    Official,
+}
+
 /// The flags of one test run.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
+    /// Which LoadGen drives the QDL: native, or official (the official
+    /// LoadGen compiled in; builds with the `official-loadgen` feature).
+    #[arg(long, value_enum, default_value = "native")]
+    pub engine: Engine,
+
     /// The system under test: a comma-separated list of sut-node addresses
     /// (`host:port` or `grpc://host:port` for gRPC, `grpcs://host:port` for
     /// gRPC over TLS, `quic://host:port` for QUIC; kinds may be mixed), or
@@ -162,6 +178,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         false => Division::Closed,
     };
     policy::check_input(&args.model, args.input_codec.kind, division).context("--input-codec")?;
+    if args.engine == Engine::Official {
+        return run_official(args);
+    }
     let settings = resolve_settings(args)?;
     let audit = audit_config(args.audit_config.as_deref())?;
     let log_settings = LogSettings {
@@ -189,10 +208,76 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
         };
         report(&outcome);
-        return Ok(exit_code(&outcome, true));
+        return Ok(exit_code(outcome.run_error.is_some(), true));
     }
 
     let qsl = Arc::new(network_qsl(args)?);
+    let config = qdl_config(args, &qsl)?;
+    eprintln!(
+        "loadgen-node: data set {}; connecting to {} sut-node(s)",
+        qsl.name(),
+        config.nodes.len()
+    );
+    let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+    let outcome = {
+        let _progress = Progress::start(live.clone());
+        start_test_with_live(
+            &qdl,
+            qsl.as_ref(),
+            &settings,
+            &log_settings,
+            audit.as_ref(),
+            live,
+        )?
+    };
+    report(&outcome);
+    let mut verified = true;
+    if args.verify_synthetic {
+        verified = verify_synthetic(&outcome.accuracy_path, qsl.source())?;
+    }
+    Ok(exit_code(outcome.run_error.is_some(), verified))
+}
+
+/// What `loadgen-node --version` prints.
+pub fn versions() -> String {
+    let official = official_version();
+    format!(
+        "loadgen-node {}\nnative engine: LoadGen 6.0.17 behaviour (trace-exact)\nofficial engine: {official}\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[cfg(feature = "official-loadgen")]
+fn official_version() -> String {
+    format!(
+        "official LoadGen {} compiled in from {}",
+        crate::official::loadgen_version(),
+        crate::official::tree_report()
+    )
+}
+
+#[cfg(not(feature = "official-loadgen"))]
+fn official_version() -> String {
+    "not compiled in (build with the `official-loadgen` feature: deploy/official-loadgen.sh)".into()
+}
+
+#[cfg(feature = "official-loadgen")]
+fn run_official(args: &RunArgs) -> Result<ExitCode> {
+    crate::official::run(args)
+}
+
+#[cfg(not(feature = "official-loadgen"))]
+fn run_official(_: &RunArgs) -> Result<ExitCode> {
+    bail!(
+        "--engine official: this loadgen-node was built without the official LoadGen. \
+         Build it with `deploy/official-loadgen.sh` (fetches the official 6.0.17 sources, checks \
+         them and runs `MLPERF_LOADGEN_SRC=DIR cargo build --release -p loadgen-cli \
+         --features official-loadgen`); see docs/submission.md"
+    )
+}
+
+/// The QDL's settings from the flags (both engines).
+pub(crate) fn qdl_config(args: &RunArgs, qsl: &DataQsl) -> Result<QdlConfig> {
     let config = QdlConfig {
         nodes: args
             .sut
@@ -227,34 +312,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
              use it for development only (production: --tls-pin or --tls-ca)"
         );
     }
-    eprintln!(
-        "loadgen-node: data set {}; connecting to {} sut-node(s)",
-        qsl.name(),
-        config.nodes.len()
-    );
-    let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
-    let outcome = {
-        let _progress = Progress::start(live.clone());
-        start_test_with_live(
-            &qdl,
-            qsl.as_ref(),
-            &settings,
-            &log_settings,
-            audit.as_ref(),
-            live,
-        )?
-    };
-    report(&outcome);
-    let mut verified = true;
-    if args.verify_synthetic {
-        verified = verify_synthetic(&outcome, qsl.source())?;
-    }
-    Ok(exit_code(&outcome, verified))
+    Ok(config)
 }
 
 /// The QSL of a network run: the --dataset directory, or the benchmark's
 /// synthetic data set.
-fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
+pub(crate) fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
     let bench = benchmarks::find(&args.model);
     let source = match (&args.dataset, args.sample_bytes) {
         (Some(dir), _) => {
@@ -298,8 +361,8 @@ fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
     Ok(DataQsl::new(source, performance).with_input_codec(args.input_codec))
 }
 
-fn verify_synthetic(outcome: &TestOutcome, data: &DataSource) -> Result<bool> {
-    let verdict = verify::check(&outcome.accuracy_path, data)?;
+pub(crate) fn verify_synthetic(accuracy_log: &Path, data: &DataSource) -> Result<bool> {
+    let verdict = verify::check(accuracy_log, data)?;
     if verdict.passed() {
         println!(
             "synthetic accuracy check: all {} logged answers match their samples",
@@ -320,8 +383,8 @@ fn verify_synthetic(outcome: &TestOutcome, data: &DataSource) -> Result<bool> {
 
 /// 0: the run completed (VALID or not: the summary says); 2: the run failed
 /// (a node died, bad answers); 3: the synthetic accuracy check failed.
-fn exit_code(outcome: &TestOutcome, verified: bool) -> ExitCode {
-    if outcome.run_error.is_some() {
+pub(crate) fn exit_code(run_failed: bool, verified: bool) -> ExitCode {
+    if run_failed {
         ExitCode::from(2)
     } else if !verified {
         ExitCode::from(3)
@@ -340,29 +403,7 @@ fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
     };
     let mut settings = sources.resolve()?;
     if !args.set.is_empty() {
-        let mut text = String::new();
-        for kv in &args.set {
-            let Some((k, v)) = kv.split_once('=') else {
-                bail!("--set {kv}: expected KEY=VALUE, e.g. --set min_duration=1000");
-            };
-            let k = k.trim();
-            if config::MLPERF_CONF_KEYS.contains(&k) {
-                bail!("--set {kv}: `{k}` may only come from mlperf.conf; pass a whole file with --conf");
-            }
-            if !config::KEYS.contains(&k) {
-                bail!(
-                    "--set {kv}: unknown setting `{k}`; known settings: {}",
-                    config::KEYS.join(", ")
-                );
-            }
-            text.push_str(&format!(
-                "{}.{}.{} = {}\n",
-                args.model,
-                args.scenario,
-                k,
-                v.trim()
-            ));
-        }
+        let text = set_lines(args)?;
         let file = ConfigFile::parse("--set", &text).map_err(|errs| {
             anyhow::anyhow!(errs
                 .iter()
@@ -381,6 +422,36 @@ fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
         settings.mode = mode;
     }
     Ok(settings)
+}
+
+/// The --set flags as user.conf lines (`model.scenario.key = value`).
+pub(crate) fn set_lines(args: &RunArgs) -> Result<String> {
+    let mut text = String::new();
+    for kv in &args.set {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("--set {kv}: expected KEY=VALUE, e.g. --set min_duration=1000");
+        };
+        let k = k.trim();
+        if config::MLPERF_CONF_KEYS.contains(&k) {
+            bail!(
+                "--set {kv}: `{k}` may only come from mlperf.conf; pass a whole file with --conf"
+            );
+        }
+        if !config::KEYS.contains(&k) {
+            bail!(
+                "--set {kv}: unknown setting `{k}`; known settings: {}",
+                config::KEYS.join(", ")
+            );
+        }
+        text.push_str(&format!(
+            "{}.{}.{} = {}\n",
+            args.model,
+            args.scenario,
+            k,
+            v.trim()
+        ));
+    }
+    Ok(text)
 }
 
 fn audit_config(explicit: Option<&Path>) -> Result<Option<AuditConfig>> {

@@ -175,3 +175,22 @@ fn conf_replaces_the_built_in_mlperf_conf() {
         assert!(detail.contains(line), "missing {line}");
     }
 }
+
+#[cfg(not(feature = "official-loadgen"))]
+#[test]
+fn the_official_engine_in_a_build_without_it_says_how_to_build_it() {
+    let o = bin()
+        .args(["--engine", "official", "--sut", "127.0.0.1:1"])
+        .output()
+        .expect("runs");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("built without the official LoadGen")
+            && err.contains("deploy/official-loadgen.sh"),
+        "{err}"
+    );
+    let v = bin().arg("--version").output().expect("runs");
+    let out = String::from_utf8_lossy(&v.stdout);
+    assert!(out.contains("official engine: not compiled in"), "{out}");
+}

@@ -1,4 +1,4 @@
-//! `mlperf_log_accuracy.json` (spec §12.3): a JSON array with one entry per
+//! `mlperf_log_accuracy.json` (`logging.cc`, `AsyncLog::LogAccuracy`): a JSON array with one entry per
 //! logged sample, in the order completions were processed.
 
 use std::io::{self, Write};
@@ -80,7 +80,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layout_matches_upstream() {
+    fn layout_matches_the_official_one() {
         let mut log = AccuracyLog::new(Vec::new()).unwrap();
         log.write(&AccuracyEntry {
             seq_id: 0,

@@ -6,10 +6,37 @@ use std::io::{self, Write};
 use std::sync::{mpsc, Arc};
 
 use crate::accuracy_log::{AccuracyEntry, AccuracyLog};
-use crate::completion::{Completed, Event};
 use crate::live::{LiveStats, PERCENTILE_EVERY_NS};
+use crate::sample::QuerySampleIndex;
 use crate::stats::LatencyHistogram;
 use crate::trace::{SampleSpan, TraceLog};
+
+/// One completed sample, as the aggregator receives it.
+#[derive(Debug)]
+pub(crate) struct Completed {
+    pub seq: u64,
+    pub query_seq: u64,
+    pub index: QuerySampleIndex,
+    pub scheduled_ns: i64,
+    pub issued_ns: i64,
+    pub completed_ns: i64,
+    pub first_token_ns: Option<i64>,
+    pub n_tokens: i64,
+    /// The response bytes, copied only when the sample is accuracy-logged.
+    pub data: Option<Box<[u8]>>,
+}
+
+/// Messages from completing threads (and the runner) to the aggregator.
+pub(crate) enum Event {
+    Completed(Vec<Completed>),
+    FirstToken {
+        seq: u64,
+        at_ns: i64,
+        data: Option<Box<[u8]>>,
+    },
+    Error(String),
+    Control(Control),
+}
 
 /// What the runner tells the aggregator.
 pub(crate) enum Control {

@@ -10,10 +10,10 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::{self, Thread};
-use std::time::Duration;
 
-use crate::clock::MonoClock;
-use crate::sut::{QuerySampleIndex, QuerySampleResponse, ResponseId};
+use crate::aggregator::{Completed, Event};
+use crate::clock::Clock;
+use crate::sample::{QuerySampleIndex, QuerySampleResponse, ResponseId};
 
 /// Completion records are sent in chunks of this many, so that a huge Offline
 /// completion call does not build one huge message.
@@ -38,35 +38,8 @@ fn tag_seq(tag: u64) -> u64 {
     tag >> 2
 }
 
-/// One completed sample, as the aggregator receives it.
-#[derive(Debug)]
-pub(crate) struct Completed {
-    pub seq: u64,
-    pub query_seq: u64,
-    pub index: QuerySampleIndex,
-    pub scheduled_ns: i64,
-    pub issued_ns: i64,
-    pub completed_ns: i64,
-    pub first_token_ns: Option<i64>,
-    pub n_tokens: i64,
-    /// The response bytes, copied only when the sample is accuracy-logged.
-    pub data: Option<Box<[u8]>>,
-}
-
-/// Messages from completing threads (and the runner) to the aggregator.
-pub(crate) enum Event {
-    Completed(Vec<Completed>),
-    FirstToken {
-        seq: u64,
-        at_ns: i64,
-        data: Option<Box<[u8]>>,
-    },
-    Error(String),
-    Control(crate::aggregator::Control),
-}
-
 struct Shared {
-    clock: MonoClock,
+    clock: Arc<dyn Clock>,
     slots: Box<[Slot]>,
     completed: AtomicU64,
     waiting: AtomicBool,
@@ -175,7 +148,7 @@ impl Ring {
     /// Must be created on the issuing thread: it is the one woken up by
     /// completions.
     pub(crate) fn new(
-        clock: MonoClock,
+        clock: Arc<dyn Clock>,
         capacity: usize,
         events: mpsc::Sender<Event>,
         trace_first_tokens: bool,
@@ -318,10 +291,6 @@ impl Ring {
 
     // ---- issuing side (engine only) ----
 
-    pub(crate) fn clock(&self) -> &MonoClock {
-        &self.shared.clock
-    }
-
     /// Fills the slot of sample `seq`; returns its response id. Waits while
     /// the slot still holds an unfinished sample (more than `capacity` samples
     /// outstanding); the wait counts in the latency, as it should.
@@ -398,13 +367,17 @@ impl Ring {
                 continue;
             }
             s.waiting.store(true, Ordering::SeqCst);
+            let mut more = true;
             if s.completed.load(Ordering::SeqCst) < target && !s.aborted.load(Ordering::SeqCst) {
-                // A completion between the check and the park unparks us, so
-                // the park returns at once; the timeout only bounds the cost
-                // of a spurious miss.
-                thread::park_timeout(Duration::from_millis(50));
+                // A completion between the check and the wait unparks us,
+                // so the wait returns at once.
+                more = s.clock.wait_for_event();
             }
             s.waiting.store(false, Ordering::SeqCst);
+            if !more {
+                // A virtual clock with nothing left to happen.
+                return s.completed.load(Ordering::SeqCst) >= target;
+            }
         }
     }
 
@@ -418,5 +391,175 @@ fn unknown_id_message(id: ResponseId, slot_holds: u64) -> String {
         "Attempted to complete a sample twice.".to_string()
     } else {
         format!("Received a response with an unknown response id {id}.")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::MonoClock;
+
+    fn ring(capacity: usize) -> (Ring, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel();
+        (
+            Ring::new(Arc::new(MonoClock::start()), capacity, tx, false),
+            rx,
+        )
+    }
+
+    /// Publishes sample `seq` (index `seq * 10`, accuracy-logged) and returns
+    /// its response id.
+    fn publish(r: &Ring, seq: u64) -> ResponseId {
+        r.publish(seq, seq as usize * 10, seq, 0, 0, true)
+    }
+
+    fn complete(r: &Ring, id: ResponseId) {
+        Completer::from(r.clone())
+            .query_samples_complete(&[QuerySampleResponse::new(id, &[id as u8])]);
+    }
+
+    /// A completed sample as the tests compare it: (seq, index, data).
+    type Done = (u64, usize, Vec<u8>);
+
+    /// (completed samples, error messages), in order.
+    fn drain(rx: &mpsc::Receiver<Event>) -> (Vec<Done>, Vec<String>) {
+        let (mut done, mut errors) = (Vec::new(), Vec::new());
+        while let Ok(e) = rx.try_recv() {
+            match e {
+                Event::Completed(batch) => done.extend(
+                    batch
+                        .into_iter()
+                        .map(|c| (c.seq, c.index, c.data.map(Vec::from).unwrap_or_default())),
+                ),
+                Event::Error(m) => errors.push(m),
+                _ => {}
+            }
+        }
+        (done, errors)
+    }
+
+    #[test]
+    fn slots_are_reused_after_wrap_around_with_each_sample_s_own_record() {
+        let (r, rx) = ring(4);
+        for round in 0..3u64 {
+            let ids: Vec<_> = (round * 4..round * 4 + 4).map(|s| publish(&r, s)).collect();
+            // Completed out of order.
+            for &id in ids.iter().rev() {
+                complete(&r, id);
+            }
+        }
+        assert_eq!(r.completed(), 12);
+        let (mut done, errors) = drain(&rx);
+        assert!(errors.is_empty(), "{errors:?}");
+        done.sort();
+        let want: Vec<_> = (0..12u64)
+            .map(|s| (s, s as usize * 10, vec![(s + 1) as u8]))
+            .collect();
+        assert_eq!(done, want);
+    }
+
+    #[test]
+    fn duplicate_stale_and_unknown_ids_are_errors_and_count_nothing() {
+        let (r, rx) = ring(2);
+        let first = publish(&r, 0);
+        complete(&r, first);
+        complete(&r, first); // duplicate while the slot still holds it
+        publish(&r, 1);
+        let reused = publish(&r, 2); // takes the slot `first` had
+        complete(&r, first); // stale: the slot holds a newer sample
+        complete(&r, 1000); // never issued
+        complete(&r, 0); // never a valid id
+        assert_eq!(r.completed(), 1);
+        let (done, errors) = drain(&rx);
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            errors,
+            [
+                "Attempted to complete a sample twice.",
+                "Attempted to complete a sample twice.",
+                "Received a response with an unknown response id 1000.",
+                "Received a response with an unknown response id 0.",
+            ]
+        );
+        // The reused slot still completes normally.
+        complete(&r, reused);
+        assert_eq!(r.completed(), 2);
+    }
+
+    #[test]
+    fn a_first_token_after_completion_is_an_error() {
+        let (r, rx) = ring(2);
+        let id = publish(&r, 0);
+        let c = Completer::from(r.clone());
+        c.first_token_complete(&[QuerySampleResponse::new(id, b"t")]);
+        complete(&r, id);
+        c.first_token_complete(&[QuerySampleResponse::new(id, b"t")]);
+        let (done, errors) = drain(&rx);
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            errors,
+            ["Attempted to record token latency after sample was completed"]
+        );
+    }
+
+    #[test]
+    fn abort_releases_an_issuer_waiting_for_a_full_ring_and_keeps_the_first_reason() {
+        let (r, _rx) = ring(1);
+        publish(&r, 0); // never completed: the only slot stays busy
+        let issuer = {
+            let r = r.clone();
+            // Blocks in publish until the slot frees or the run is aborted.
+            thread::spawn(move || publish(&r, 1))
+        };
+        let c = Completer::from(r.clone());
+        c.abort("node gone".into());
+        c.abort("later".into());
+        assert_eq!(issuer.join().expect("issuer thread"), 2);
+        assert!(r.aborted());
+        assert_eq!(r.abort_reason().as_deref(), Some("node gone"));
+        assert!(!r.wait_for(5), "waiting after an abort returns at once");
+    }
+
+    #[test]
+    fn a_completion_from_another_thread_wakes_the_waiting_issuer() {
+        let (r, _rx) = ring(8);
+        let ids: Vec<_> = (0..8).map(|s| publish(&r, s)).collect();
+        let completer = Completer::from(r.clone());
+        let worker = thread::spawn(move || {
+            for id in ids {
+                completer.query_samples_complete(&[QuerySampleResponse::new(id, &[])]);
+            }
+        });
+        assert!(r.wait_for(8));
+        worker.join().expect("worker");
+        assert_eq!(r.completed(), 8);
+    }
+
+    #[test]
+    fn a_sink_completer_forwards_every_call() {
+        #[derive(Default)]
+        struct Counting(Mutex<(usize, usize, Vec<String>)>);
+        impl CompletionSink for Counting {
+            fn query_samples_complete(&self, r: &[QuerySampleResponse<'_>]) {
+                self.0.lock().unwrap().0 += r.len();
+            }
+            fn first_token_complete(&self, r: &[QuerySampleResponse<'_>]) {
+                self.0.lock().unwrap().1 += r.len();
+            }
+            fn abort(&self, reason: String) {
+                self.0.lock().unwrap().2.push(reason);
+            }
+        }
+        let sink = Arc::new(Counting::default());
+        let c = Completer::to_sink(sink.clone());
+        let other = Completer::to_sink(Arc::new(Counting::default()));
+        assert!(c.same_test(&c.clone()) && !c.same_test(&other));
+        c.query_samples_complete(&[
+            QuerySampleResponse::new(7, b"a"),
+            QuerySampleResponse::new(8, b"b"),
+        ]);
+        c.first_token_complete(&[QuerySampleResponse::new(7, b"a")]);
+        c.abort("x".into());
+        assert_eq!(*sink.0.lock().unwrap(), (2, 1, vec!["x".to_string()]));
     }
 }

@@ -1,4 +1,4 @@
-//! mlperf.conf / user.conf / audit.config (spec §4).
+//! mlperf.conf / user.conf / audit.config (`test_settings_internal.cc`, `TestSettings::FromConfig`; `loadgen.cc`, `StartTest` for audit.config).
 //!
 //! A config file is a list of `model.scenario.name = value` lines. Parsing and
 //! applying are separate steps: [`ConfigFile::parse`] checks the syntax of the
@@ -6,7 +6,7 @@
 //! [`ConfigFile::apply`] looks up the keys LoadGen understands for one model
 //! and scenario and writes them into [`TestSettings`].
 //!
-//! The quirks of upstream's parser are kept on purpose, because submitters'
+//! The quirks of the official LoadGen's parser are kept on purpose, because submitters'
 //! files were written against it: `a=1` is one token and silently does
 //! nothing, a `#` after a value is an error, integers follow C `strtoul` with
 //! base 0 (so `010` is octal) and fractional text given to an integer key is
@@ -99,7 +99,7 @@ fn list_errors(file: &str, errors: &[ConfigError]) -> String {
 }
 
 impl ConfigError {
-    /// True for errors in the text of a file (upstream's `-EINVAL`).
+    /// True for errors in the text of a file (the official LoadGen's `-EINVAL`).
     pub fn is_syntax(&self) -> bool {
         matches!(
             self,
@@ -109,12 +109,12 @@ impl ConfigError {
         )
     }
 
-    /// True when the file could not be opened (upstream's `-ENOENT`).
+    /// True when the file could not be opened (the official LoadGen's `-ENOENT`).
     pub fn is_not_found(&self) -> bool {
         matches!(self, ConfigError::NotFound { .. })
     }
 
-    /// The messages upstream writes to the detail log under
+    /// The messages the official LoadGen writes to the detail log under
     /// `error_invalid_config`, one per reported problem.
     pub fn detail_messages(&self) -> Vec<String> {
         match self {
@@ -224,7 +224,7 @@ impl ConfigFile {
             path: path.to_path_buf(),
             cause,
         })?;
-        // Byte-oriented like upstream: invalid UTF-8 can only be in keys or
+        // Byte-oriented like the official LoadGen: invalid UTF-8 can only be in keys or
         // values, which then fail to match or to parse as numbers.
         let text = String::from_utf8_lossy(&bytes);
         let name = path.display().to_string();
@@ -274,13 +274,13 @@ impl ConfigFile {
         .find_map(|k| self.entries.get(&k).map(|e| (k, e)))
     }
 
-    /// Writes the keys LoadGen understands into `settings`, in upstream's
-    /// order (spec §4.4). Keys only mlperf.conf may set are skipped for the
+    /// Writes the keys LoadGen understands into `settings`, in the
+    /// order of `TestSettings::FromConfig`. Keys only mlperf.conf may set are skipped for the
     /// other kinds. The scenario of `settings` is never changed; `scenario`
     /// only selects which keys match.
     ///
     /// An invalid `mode` value is reported as [`ConfigError::InvalidMode`]
-    /// after every other key was applied, as upstream carries on past it.
+    /// after every other key was applied, as the official LoadGen carries on past it.
     pub fn apply(
         &self,
         settings: &mut TestSettings,
@@ -420,7 +420,7 @@ impl ConfigFile {
             &mut settings.server_coalesce_queries,
             int(server, "coalesce_queries").map(|v| v != 0),
         );
-        // Upstream passes this one through a C `int`: only the low 32 bits
+        // The official LoadGen passes this one through a C `int`: only the low 32 bits
         // count, and negative values sign-extend.
         set(
             &mut settings.server_max_async_queries,
@@ -514,7 +514,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// Keys only an mlperf.conf may set (the rules' seeds and sampling); a
-/// user.conf line with one of them is ignored, as upstream does.
+/// user.conf line with one of them is ignored, as the official LoadGen does.
 pub const MLPERF_CONF_KEYS: &[&str] = &[
     "qsl_rng_seed",
     "sample_index_rng_seed",
@@ -586,7 +586,7 @@ impl SettingsSources {
 
 // ---------------------------------------------------------------------------
 // C number syntax. Values are kept as text and converted at lookup time, as
-// upstream does; these scanners reproduce glibc's `strtoull` (base 0) and
+// the official LoadGen does; these scanners reproduce glibc's `strtoull` (base 0) and
 // `strtod` in the "C" locale.
 
 /// True when the whole token is one C integer (`strtoul`, base 0) or one C

@@ -1,11 +1,11 @@
-//! `mlperf_log_detail.txt`: one `:::MLLOG {...}` record per line (spec §12.2).
+//! `mlperf_log_detail.txt`: one `:::MLLOG {...}` record per line (`logging.h`, `MLPERF_LOG`; `logging.cc`, `AsyncLog`).
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use crate::fmt::g6;
+use crate::number_format::g6;
 
-/// A value of a detail-log record, encoded as upstream does.
+/// A value of a detail-log record, encoded as the official LoadGen does.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LogValue {
     /// Written between quotes, without escaping.
@@ -38,7 +38,7 @@ impl LogValue {
             }
             LogValue::Float(v) => out.push_str(&g6(*v)),
             LogValue::Indices(list) => {
-                // Upstream prints "[" then "a," per element with the last comma
+                // The official LoadGen prints "[" then "a," per element with the last comma
                 // replaced by "]", so an empty list prints as "]".
                 if list.is_empty() {
                     out.push(']');
@@ -176,7 +176,7 @@ impl<W: Write> DetailLog<W> {
         line.push('\n');
         self.out.write_all(line.as_bytes())?;
         if is_error {
-            // Errors reach the disk at once, like upstream, so a crash keeps them.
+            // Errors reach the disk at once, like the official LoadGen, so a crash keeps them.
             self.out.flush()?;
         }
         Ok(())
@@ -195,7 +195,7 @@ impl<W: Write> DetailLog<W> {
     }
 }
 
-/// OS thread id, as upstream records it.
+/// OS thread id, as the official LoadGen records it.
 pub fn current_tid() -> i64 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as i64 }

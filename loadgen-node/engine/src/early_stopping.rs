@@ -1,7 +1,7 @@
-//! Early-stopping estimates (spec §10.4): how many of the highest latencies
+//! Early-stopping estimates (`early_stopping.cc`, `MinPassingQueriesFinder`; `results.cc`, `PerformanceSummary::EarlyStopping`): how many of the highest latencies
 //! a run may discard and still claim its percentile with 99% confidence.
 //!
-//! The arithmetic follows upstream step by step (the same series, the same
+//! The arithmetic follows the official LoadGen step by step (the same series, the same
 //! search and the same interpolation of the search bounds), because the
 //! printed counts and estimates must be identical.
 
@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use statrs::function::gamma::ln_gamma;
 
-use crate::fmt::fixed1;
+use crate::number_format::fixed1;
 use crate::stats::LatencyHistogram;
 
 const CONFIDENCE: f64 = 0.99;
@@ -48,7 +48,7 @@ fn odds(h: i64, t: i64, p: f64) -> f64 {
 }
 
 /// The smallest number of passing queries that, with `t` failures, shows
-/// the percentile `p` is met; memoised over one evaluation as upstream does,
+/// the percentile `p` is met; memoised over one evaluation as the official LoadGen does,
 /// since the cache narrows later searches and so decides their results.
 struct MinPassing {
     p: f64,
@@ -81,7 +81,7 @@ impl MinPassing {
             }
         }
         let min_slope = (p - TOLERANCE) / (1.0 - p + TOLERANCE);
-        // Upstream multiplies where a slope would divide; kept for identical bounds.
+        // The official LoadGen multiplies where a slope would divide; kept for identical bounds.
         let max_slope = ((y1 - y0) * (x1 - x0)) as f64;
         let lo = ((t - x1) as f64 * min_slope + y1 as f64) as i64;
         let hi = ((t - x1) as f64 * max_slope + y1 as f64 + 1.0) as i64;

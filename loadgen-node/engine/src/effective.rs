@@ -1,6 +1,6 @@
-//! Derivation of the effective ("internal") settings of a run (spec §2.3).
+//! Derivation of the effective ("internal") settings of a run (`test_settings_internal.cc`, the `TestSettingsInternal` constructor).
 
-use crate::fmt::g6;
+use crate::number_format::g6;
 use crate::settings::{EffectiveSettings, Scenario, TestSettings};
 
 /// Target QPS used when a negative one is requested.
@@ -11,7 +11,7 @@ impl EffectiveSettings {
     /// file and test05) and the QSL's reported sizes.
     ///
     /// Returns the settings and the messages to log as
-    /// `error_invalid_test_settings`, in upstream's order. None of them stops
+    /// `error_invalid_test_settings`, in the official LoadGen's order. None of them stops
     /// the run.
     pub fn derive(
         req: &TestSettings,
@@ -42,7 +42,7 @@ impl EffectiveSettings {
                 (qps, req.server_target_latency_percentile)
             }
             Scenario::Offline => {
-                // The percentile is unused in Offline; upstream pins it.
+                // The percentile is unused in Offline; the official LoadGen pins it.
                 let qps = checked_qps(
                     "offline_expected_qps",
                     req.offline_expected_qps,
@@ -69,7 +69,7 @@ impl EffectiveSettings {
 
         if req.scenario == Scenario::Offline {
             // 10 % slack so the single query outlasts the minimum duration;
-            // evaluated left to right in f64 like upstream.
+            // evaluated left to right in f64 like the official LoadGen.
             let target_sample_count =
                 (1.1 * (target_duration_ms as f64 / 1000.0) * target_qps) as u64;
             samples_per_query = if req.performance_issue_unique {
@@ -82,13 +82,13 @@ impl EffectiveSettings {
         }
 
         if req.sample_concatenate_permutation && req.scenario == Scenario::SingleStream {
-            // Upstream rounds with the QSL-reported count (not the override)
+            // The official LoadGen rounds with the QSL-reported count (not the override)
             // and adds a whole count to exact multiples.
             let expected = (2.0 * (target_duration_ms as f64 / 1000.0) * target_qps) as u64;
             let m = min_query_count.max(expected);
             let p = qsl_performance as u64;
             min_query_count = if p == 0 {
-                // Division by zero upstream; keep the unrounded count.
+                // Division by zero the official LoadGen; keep the unrounded count.
                 m
             } else {
                 m.wrapping_add(p - m % p)
@@ -159,7 +159,7 @@ impl EffectiveSettings {
 
 /// A requested QPS, or the fallback with an error message when negative.
 fn checked_qps(name: &str, requested: f64, errors: &mut Vec<String>) -> f64 {
-    // NaN passes like upstream's `>= 0.0` test fails it: it is rejected.
+    // NaN passes like the official LoadGen's `>= 0.0` test fails it: it is rejected.
     if requested >= 0.0 {
         requested
     } else {

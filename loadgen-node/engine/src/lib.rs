@@ -4,6 +4,49 @@
 //! sets, query generation, statistics, result and log formatting) is plain
 //! code that is handed the time. The timed glue (`runner`, `completion`) issues
 //! queries to a [`SystemUnderTest`] and records the answers.
+//!
+//! A SUT answers each sample through the [`Completer`] it is handed, from the
+//! issuing call or later from any thread:
+//!
+//! ```
+//! use loadgen_engine::null_sut::SizedQsl;
+//! use loadgen_engine::runner::{start_test, LogSettings};
+//! use loadgen_engine::sut::SutError;
+//! use loadgen_engine::{
+//!     Completer, QuerySample, QuerySampleResponse, Scenario, SystemUnderTest, TestMode,
+//!     TestSettings,
+//! };
+//!
+//! /// Answers every sample at once with its index as the response.
+//! struct Echo;
+//!
+//! impl SystemUnderTest for Echo {
+//!     fn name(&self) -> Result<String, SutError> {
+//!         Ok("echo".into())
+//!     }
+//!     fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+//!         for s in samples {
+//!             let answer = (s.index as u32).to_le_bytes();
+//!             completer.query_samples_complete(&[QuerySampleResponse::new(s.id, &answer)]);
+//!         }
+//!     }
+//! }
+//!
+//! let settings = TestSettings {
+//!     scenario: Scenario::Offline,
+//!     mode: TestMode::AccuracyOnly,
+//!     ..TestSettings::default()
+//! };
+//! let logs = LogSettings {
+//!     outdir: std::env::temp_dir().join(format!("loadgen-doc-{}", std::process::id())),
+//!     ..LogSettings::default()
+//! };
+//! // 100 samples, 50 of them in memory at a time.
+//! let outcome = start_test(&Echo, &SizedQsl::new(100, 50), &settings, &logs, None)?;
+//! assert_eq!(outcome.accuracy_entries, 100);
+//! assert!(outcome.run_error.is_none());
+//! # Ok::<(), loadgen_engine::runner::RunError>(())
+//! ```
 
 pub mod accuracy_log;
 mod aggregator;
@@ -13,14 +56,17 @@ pub mod config;
 pub mod detail;
 pub mod early_stopping;
 pub mod effective;
-pub mod fmt;
 pub mod live;
 pub mod loadable;
 pub mod null_sut;
+pub mod number_format;
 pub mod querygen;
+mod report;
 pub mod results;
 pub mod rng;
 pub mod runner;
+pub mod sample;
+mod sequence;
 pub mod settings;
 pub mod settings_log;
 pub mod stats;

@@ -1,4 +1,4 @@
-//! Loadable sets: which samples are loaded, in which order (spec §6).
+//! Loadable sets: which samples are loaded, in which order (`loadgen.cc`, `GenerateLoadableSets`).
 
 use crate::rng::Mt19937;
 use crate::settings::{EffectiveSettings, Scenario};
@@ -29,7 +29,7 @@ pub fn generate_loadable_sets(
     let mut candidates: Vec<QuerySampleIndex> = (0..n).collect();
     Mt19937::new(eff.qsl_rng_seed).shuffle(&mut candidates);
 
-    // A zero chunk size never fills a chunk upstream: everything is one set.
+    // A zero chunk size never fills a chunk the official LoadGen: everything is one set.
     let chunk = match usize::try_from(eff.performance_sample_count) {
         Ok(0) | Err(_) => n.max(1),
         Ok(c) => c,
@@ -46,7 +46,7 @@ pub fn generate_loadable_sets(
             let mut samples = Vec::with_capacity(c.len().saturating_add(padding));
             samples.extend_from_slice(c);
             // Reading from the growing list repeats the chunk cyclically when
-            // the padding is longer than the chunk, as upstream does.
+            // the padding is longer than the chunk, as the official LoadGen does.
             for i in 0..padding {
                 let v = samples[i];
                 samples.push(v);

@@ -1,5 +1,5 @@
-//! Query generation (spec §5.4, §7), incremental: queries are produced one at
-//! a time in exactly the order and with exactly the random draws upstream
+//! Query generation (`loadgen.cc`, `GenerateQueries`), incremental: queries are produced one at
+//! a time in exactly the order and with exactly the random draws the official LoadGen
 //! pre-generates, so memory stays bounded whatever the duration.
 
 use crate::loadable::LoadableSet;
@@ -24,7 +24,7 @@ pub struct GenerationPlan {
     pub duration_ns: i64,
 }
 
-/// Local parameters of one generation (spec §7.1), before any draw.
+/// Local parameters of one generation (the locals `GenerateQueries` sets up), before any draw.
 #[derive(Clone, Copy, Debug)]
 struct Params {
     /// Samples per query after the Offline accuracy and equal-issue changes.
@@ -95,7 +95,7 @@ impl Params {
     }
 }
 
-/// Inter-arrival steps (spec §7.1): exponential draws for Server, a constant
+/// Inter-arrival steps (`loadgen.cc`, `ScheduleDistribution`): exponential draws for Server, a constant
 /// period otherwise.
 #[derive(Clone, Debug)]
 enum Schedule {
@@ -124,7 +124,7 @@ impl Schedule {
     }
 }
 
-/// The generation loop's bookkeeping (spec §7.2), shared by the generator
+/// The generation loop's bookkeeping (`GenerateQueries`' loop), shared by the generator
 /// and `plan` so both stop at exactly the same query.
 #[derive(Clone, Debug)]
 struct Timeline {
@@ -144,7 +144,7 @@ impl Timeline {
         let mut gen_duration_ns = p.gen_duration_ns;
         if let Schedule::Constant(d) = schedule {
             if d <= 0 {
-                // A non-positive period never reaches the duration (upstream
+                // A non-positive period never reaches the duration (the official LoadGen
                 // loops forever); fall back to the query count alone.
                 gen_duration_ns = 0;
             }
@@ -167,7 +167,7 @@ impl Timeline {
     }
 
     /// Records one generated query and returns its scheduled offset. The
-    /// step after it is drawn now, as upstream does for the last one too.
+    /// step after it is drawn now, as the official LoadGen does for the last one too.
     #[inline]
     fn advance(&mut self) -> i64 {
         let scheduled = self.ts;
@@ -181,7 +181,7 @@ impl Timeline {
     }
 }
 
-/// How a query's samples are chosen (spec §7.3).
+/// How a query's samples are chosen (`loadgen.cc`, `SampleDistribution`, `SampleDistributionEqualIssue`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pick {
     /// Next entry of a pre-shuffled position list (unique, accuracy or
@@ -278,7 +278,7 @@ impl QueryGenerator {
             }
         };
 
-        // Consumption order of spec §5.4: accuracy order (accuracy runs only),
+        // The order in which `GenerateQueries` consumes the draws: accuracy order (accuracy runs only),
         // unique order, equal-issue rounds.
         let mut order = Vec::new();
         if kind == RunKind::Accuracy {
@@ -412,7 +412,7 @@ impl QueryGenerator {
                 self.sample_rng.uniform_int(0, last) as usize
             }
             Pick::Ordered => {
-                // Upstream's lists are long enough in every valid setting;
+                // The official LoadGen's lists are long enough in every valid setting;
                 // wrapping mirrors its modulo for the equal-issue list.
                 let Some(len) = std::num::NonZeroUsize::new(self.order.len()) else {
                     return 0;
@@ -451,7 +451,7 @@ mod tests {
     use crate::settings::{TestMode, TestSettings};
 
     /// Straightforward pre-generation of a whole series, written directly
-    /// from spec §5.4/§7 (everything stored), to check the incremental
+    /// after `GenerateQueries` (everything stored), to check the incremental
     /// generator against.
     fn reference(
         eff: &EffectiveSettings,
@@ -661,7 +661,7 @@ mod tests {
                     r.server_target_qps = 500.0;
                     r.offline_expected_qps = 1000.0;
                     if unique && equal && scenario == Scenario::MultiStream {
-                        // Upstream's unique list runs out here (an exception).
+                        // The official LoadGen's unique list runs out here (an exception).
                         continue;
                     }
                     compare(&r, total, perf);

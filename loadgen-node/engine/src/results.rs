@@ -1,13 +1,12 @@
-//! Per-series measurements and the performance result (spec §10): metrics,
-//! validity with upstream's reasons, and the result records of the detail
+//! Per-series measurements and the performance result (`results.cc`, `PerformanceSummary`): metrics,
+//! validity with the official LoadGen's reasons, and the result records of the detail
 //! log. Plain arithmetic on what a series measured; no clock, no I/O.
 
 use crate::detail::LogValue;
 use crate::early_stopping::{self, EarlyStopping};
-use crate::fmt::fixed2;
+use crate::number_format::fixed2;
 use crate::settings::{EffectiveSettings, Scenario};
 use crate::stats::LatencyHistogram;
-use crate::summary;
 
 /// The fixed percentiles every report lists.
 pub const PERCENTILES: [f64; 6] = [0.50, 0.90, 0.95, 0.97, 0.99, 0.999];
@@ -26,18 +25,6 @@ pub struct SeriesMeasurements {
     pub final_query_scheduled_ns: i64,
     pub final_query_issued_ns: i64,
     pub final_query_all_samples_done_ns: i64,
-}
-
-/// A performance result, ready to be written.
-#[derive(Clone, Debug)]
-pub struct PerformanceReport {
-    pub valid: bool,
-    /// Server latency bound(s) held; always true elsewhere.
-    pub perf_constraints_met: bool,
-    /// The summary text without its warning/error footer.
-    pub summary: String,
-    /// The result records of the detail log, in upstream's order.
-    pub detail: Vec<(String, LogValue)>,
 }
 
 /// Everything the summary and the detail records print.
@@ -72,7 +59,7 @@ impl Results<'_> {
         ns as f64 / 1e9
     }
 
-    /// `count / seconds`, or 0 for a series that measured nothing (upstream
+    /// `count / seconds`, or 0 for a series that measured nothing (the official LoadGen
     /// would log NaN or infinity, which no JSON reader accepts).
     fn rate(count: f64, seconds: f64) -> f64 {
         if seconds > 0.0 {
@@ -157,22 +144,6 @@ impl Results<'_> {
 
     pub fn has_perf_constraints(&self) -> bool {
         self.eff.scenario == Scenario::Server
-    }
-}
-
-/// Computes the result of a performance series.
-pub fn build_report(
-    eff: &EffectiveSettings,
-    m: &SeriesMeasurements,
-    sut_name: &str,
-    run_error: Option<&str>,
-) -> PerformanceReport {
-    let r = evaluate(eff, m, sut_name, run_error);
-    PerformanceReport {
-        valid: r.valid,
-        perf_constraints_met: r.perf_constraints_met,
-        summary: summary::render(&r),
-        detail: detail_records(&r),
     }
 }
 
@@ -325,7 +296,7 @@ pub(crate) fn percentile_label(p: f64) -> String {
     fixed2(p * 100.0)
 }
 
-fn detail_records(r: &Results<'_>) -> Vec<(String, LogValue)> {
+pub(crate) fn detail_records(r: &Results<'_>) -> Vec<(String, LogValue)> {
     let eff = r.eff;
     let m = r.m;
     let mut d: Vec<(String, LogValue)> = Vec::new();
@@ -492,7 +463,7 @@ fn detail_records(r: &Results<'_>) -> Vec<(String, LogValue)> {
                 "result_token_throughput_with_loadgen_overhead".into(),
                 r.tokens_per_second_with_overhead().into(),
             );
-            // Upstream divides by the mean latency in ns here, not in s.
+            // The official LoadGen divides by the mean latency in ns here, not in s.
             let mean_ns_total = s.mean() as f64 * r.sample_count as f64;
             put(
                 "result_token_throughput".into(),

@@ -1,4 +1,4 @@
-//! Bit-exact random streams (spec §5): std::mt19937 and the libstdc++ (GCC >= 11)
+//! Bit-exact random streams (as the official LoadGen draws them in `loadgen.cc`: `GenerateLoadableSets`, `SampleDistribution`, `ScheduleDistribution`): std::mt19937 and the libstdc++ (GCC >= 11)
 //! distribution algorithms LoadGen uses.
 
 /// Engine range `max() - min()` of std::mt19937.
@@ -169,7 +169,7 @@ impl Mt19937 {
     }
 }
 
-/// Seconds (f64) to whole nanoseconds, truncating like upstream.
+/// Seconds (f64) to whole nanoseconds, truncating like the official LoadGen.
 #[inline]
 pub fn seconds_to_ns(s: f64) -> i64 {
     (s * 1e9) as i64

@@ -1,5 +1,5 @@
 //! `start_test`: runs a whole test against a SUT and a QSL and writes the
-//! four MLPerf logs (spec §3, §8, §9).
+//! four MLPerf logs (`loadgen.cc`: `StartTest`, `RunPerformanceMode`, `RunAccuracyMode`, `FindPeakPerformanceMode`, `IssueQueries`).
 //!
 //! The issuing loop is the only timed code here: take the next generated
 //! query, wait until it is due, publish its samples, hand them to the SUT,
@@ -13,25 +13,26 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accuracy_log::AccuracyLog;
-use crate::aggregator::{Aggregator, Control, LatencyBounds, SeriesConfig, SeriesData};
-use crate::clock::{self, MonoClock};
-use crate::completion::{Completer, Event, Ring};
+use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig, SeriesData};
+use crate::clock::{self, Clock, MonoClock};
+use crate::completion::{Completer, Ring};
 use crate::config::{self, ConfigFile};
 use crate::detail::{DetailLog, Location, LogValue};
-use crate::fmt::fixed6;
 use crate::here;
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
+use crate::number_format::fixed6;
 use crate::querygen::{QueryGenerator, RunKind};
-use crate::results::{build_report, PerformanceReport, SeriesMeasurements};
-use crate::rng::Mt19937;
+use crate::report::{build_report, PerformanceReport};
+use crate::results::SeriesMeasurements;
+use crate::sequence::{AccuracySampling, Sequencer};
 use crate::settings::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use crate::settings_log;
 use crate::summary::{self, BANNER};
 use crate::sut::{QuerySample, QuerySampleLibrary, SystemUnderTest};
 use crate::trace::TraceLog;
 
-/// Where and how the logs are written (spec §2.2).
+/// Where and how the logs are written (`test_settings.h`, `LogSettings`).
 #[derive(Clone, Debug)]
 pub struct LogSettings {
     pub outdir: PathBuf,
@@ -53,7 +54,7 @@ impl Default for LogSettings {
     }
 }
 
-/// An audit configuration to apply at test start (spec §4.7).
+/// An audit configuration to apply at test start (`loadgen.cc`, `StartTest`: applied with model `*`).
 pub struct AuditConfig {
     /// Shown in the "Found Audit Config file" warning.
     pub name: String,
@@ -126,6 +127,22 @@ pub fn start_test_with_live(
     audit: Option<&AuditConfig>,
     live: Arc<LiveStats>,
 ) -> Result<TestOutcome, RunError> {
+    let clock = Arc::new(MonoClock::start());
+    start_test_with_clock(sut, qsl, requested, log_settings, audit, live, clock)
+}
+
+/// [`start_test_with_live`] on the given clock: a
+/// [`VirtualClock`](crate::clock::VirtualClock) runs the whole test in
+/// virtual time (tests of the timing rules).
+pub fn start_test_with_clock(
+    sut: &dyn SystemUnderTest,
+    qsl: &dyn QuerySampleLibrary,
+    requested: &TestSettings,
+    log_settings: &LogSettings,
+    audit: Option<&AuditConfig>,
+    live: Arc<LiveStats>,
+    clock: Arc<dyn Clock>,
+) -> Result<TestOutcome, RunError> {
     let start_wall = SystemTime::now();
     let datetime = clock::test_datetime(start_wall);
     std::fs::create_dir_all(&log_settings.outdir).map_err(|source| RunError::OutputDir {
@@ -149,10 +166,9 @@ pub fn start_test_with_live(
     let summary_out = create(&summary_path)?;
     let detail_out = create(&detail_path)?;
     let accuracy_out = create(&accuracy_path)?;
-    // Created even without tracing, as upstream does.
+    // Created even without tracing, as the official LoadGen does.
     let trace_out = create(&trace_path)?;
 
-    let clock = MonoClock::start();
     let accuracy = AccuracyLog::new(accuracy_out).map_err(io_err(&accuracy_path))?;
     let trace = if log_settings.enable_trace {
         Some(
@@ -180,10 +196,8 @@ pub fn start_test_with_live(
         completer: None,
         events: tx,
         enable_trace: log_settings.enable_trace,
-        next_seq: 0,
-        next_query_seq: 0,
+        sequencer: Sequencer::new(),
         issued_total: 0,
-        acc_value_rng: Mt19937::new(5489),
         sut_name: String::new(),
         run_error: None,
         performance: None,
@@ -234,7 +248,7 @@ pub fn start_test_with_live(
 struct Test<'a> {
     sut: &'a dyn SystemUnderTest,
     qsl: &'a dyn QuerySampleLibrary,
-    clock: MonoClock,
+    clock: Arc<dyn Clock>,
     detail: DetailLog<BufWriter<File>>,
     detail_path: PathBuf,
     summary_out: BufWriter<File>,
@@ -242,13 +256,10 @@ struct Test<'a> {
     completer: Option<Ring>,
     events: mpsc::Sender<Event>,
     enable_trace: bool,
-    /// Sample and query sequence ids run on across series and phases.
-    next_seq: u64,
-    next_query_seq: u64,
+    /// Sequence ids and accuracy-log draws, across series and phases.
+    sequencer: Sequencer,
+    /// Samples issued over the whole test.
     issued_total: u64,
-    /// Upstream's default-seeded accuracy-log stream: one draw per generated
-    /// sample over the whole test (spec §5.3).
-    acc_value_rng: Mt19937,
     sut_name: String,
     run_error: Option<String>,
     performance: Option<PerformanceResult>,
@@ -344,7 +355,7 @@ impl<'a> Test<'a> {
 
         let capacity = ring_capacity(&eff);
         self.completer = Some(Ring::new(
-            self.clock,
+            self.clock.clone(),
             capacity,
             self.events.clone(),
             self.enable_trace,
@@ -489,7 +500,7 @@ impl<'a> Test<'a> {
             final_query_issued_ns: outcome.final_query_issued_ns,
             final_query_all_samples_done_ns: d.final_query_done_ns.unwrap_or(d.last_completed_ns),
         };
-        // Upstream asks the SUT for its name again when it builds the summary;
+        // The official LoadGen asks the SUT for its name again when it builds the summary;
         // a failed run keeps the name it has, as the SUT may be unreachable.
         let name = match self.run_error {
             None => self.sut.name().unwrap_or_else(|_| self.sut_name.clone()),
@@ -531,7 +542,7 @@ impl<'a> Test<'a> {
         Ok(())
     }
 
-    /// FindPeakPerformance (spec §9.4): widen, then bisect the Server QPS.
+    /// FindPeakPerformance (`loadgen.cc`, `FindPeakPerformanceMode`, `FindBoundaries`, `FindPeakPerformanceBinarySearch`): widen, then bisect the Server QPS.
     fn find_peak(&mut self, eff: &EffectiveSettings) -> Result<(), RunError> {
         if eff.scenario != Scenario::Server {
             return self.log(
@@ -703,7 +714,7 @@ impl<'a> Test<'a> {
         let mut stopped = false;
         let mut last = (0i64, 0i64, None::<u64>); // scheduled, issued, query seq
         let series_first_completion = self.issued_total;
-        let clock = self.clock;
+        let clock = self.clock.clone();
         let start = clock.now_ns();
         let start_wall = SystemTime::now();
         let target_latency = if scenario == Scenario::Server {
@@ -735,7 +746,7 @@ impl<'a> Test<'a> {
                         // Aborted: this query was generated but never issued.
                         generated_queries += 1;
                         generated_samples += indices.len() as u64;
-                        self.skip_query(indices.len());
+                        self.sequencer.skip_query(indices.len());
                         break;
                     }
                     let now = clock.now_ns();
@@ -743,14 +754,14 @@ impl<'a> Test<'a> {
                 }
                 Scenario::Server => {
                     let due = start + offset;
-                    (due, wait_until(&completer, due))
+                    (due, clock.wait_until(due, &|| completer.aborted()))
                 }
                 Scenario::Offline => (start, clock.now_ns()),
             };
             if completer.aborted() {
                 generated_queries += 1;
                 generated_samples += indices.len() as u64;
-                self.skip_query(indices.len());
+                self.sequencer.skip_query(indices.len());
                 break;
             }
 
@@ -766,7 +777,7 @@ impl<'a> Test<'a> {
             generated_queries += 1;
             generated_samples += indices.len() as u64;
             queries_issued += 1;
-            last = (scheduled, issued, Some(self.next_query_seq - 1));
+            last = (scheduled, issued, self.sequencer.last_query_seq());
 
             // Coalescing: overdue Server queries join this IssueQuery call,
             // each keeping its own scheduled time.
@@ -787,7 +798,7 @@ impl<'a> Test<'a> {
                     generated_queries += 1;
                     generated_samples += next_indices.len() as u64;
                     queries_issued += 1;
-                    last = (start + o, issued, Some(self.next_query_seq - 1));
+                    last = (start + o, issued, self.sequencer.last_query_seq());
                 }
             }
 
@@ -813,20 +824,16 @@ impl<'a> Test<'a> {
         }
 
         // Queries generated but never issued still consume sequence ids and
-        // accuracy-log draws, as in upstream's pre-generated list.
+        // accuracy-log draws, as in the official LoadGen's pre-generated list.
         if let Some(o) = lookahead {
             let _ = o;
             generated_queries += 1;
             generated_samples += next_indices.len() as u64;
-            self.skip_query(next_indices.len());
+            self.sequencer.skip_query(next_indices.len());
         }
         let rest_samples = plan.sample_count.saturating_sub(generated_samples);
         let rest_queries = plan.query_count.saturating_sub(generated_queries);
-        self.next_seq += rest_samples;
-        self.next_query_seq += rest_queries;
-        for _ in 0..rest_samples {
-            self.acc_value_rng.canonical();
-        }
+        self.sequencer.skip(rest_samples, rest_queries);
 
         self.sut.flush_queries();
         if !accuracy && !stopped && !completer.aborted() && scenario != Scenario::Server {
@@ -902,62 +909,12 @@ impl<'a> Test<'a> {
         issued: i64,
         out: &mut Vec<QuerySample>,
     ) {
-        let query_seq = self.next_query_seq;
-        self.next_query_seq += 1;
+        let query_seq = self.sequencer.next_query();
         for &index in indices {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let log = sampling.logs(self.acc_value_rng.canonical());
+            let (seq, log) = self.sequencer.next_sample(sampling);
             let id = completer.publish(seq, index, query_seq, scheduled, issued, log);
             out.push(QuerySample { id, index });
         }
-    }
-
-    fn skip_query(&mut self, samples: usize) {
-        self.next_query_seq += 1;
-        self.next_seq += samples as u64;
-        for _ in 0..samples {
-            self.acc_value_rng.canonical();
-        }
-    }
-}
-
-/// Which samples go to the accuracy log (spec §11).
-struct AccuracySampling {
-    all: bool,
-    offset: f64,
-    probability: f64,
-}
-
-impl AccuracySampling {
-    fn new(eff: &EffectiveSettings, accuracy: bool) -> Self {
-        let offset = Mt19937::new(eff.accuracy_log_rng_seed).canonical();
-        let mut probability = eff.accuracy_log_probability;
-        if eff.accuracy_log_sampling_target > 0 {
-            let mut expected = (eff.target_qps * eff.min_duration_ms as f64 / 1000.0) as u64;
-            let minimum = if eff.scenario == Scenario::Offline {
-                eff.min_sample_count
-            } else {
-                expected = expected.wrapping_mul(eff.samples_per_query);
-                eff.min_query_count.wrapping_mul(eff.samples_per_query)
-            };
-            let expected = expected.max(minimum);
-            probability = eff.accuracy_log_sampling_target as f64 / expected as f64;
-        }
-        Self {
-            all: accuracy,
-            offset,
-            probability,
-        }
-    }
-
-    #[inline]
-    fn logs(&self, value: f64) -> bool {
-        let mut w = value + self.offset;
-        if w >= 1.0 {
-            w -= 1.0;
-        }
-        self.all || w <= self.probability
     }
 }
 
@@ -967,7 +924,7 @@ struct StopMessage {
 }
 
 /// The stop rules checked after each IssueQuery of a performance series
-/// (spec §8.2). `completed` is only evaluated when needed.
+/// (`issue_query_controller.cc`, `IssueQueriesInternal`). `completed` is only evaluated when needed.
 fn stop_rule(
     eff: &EffectiveSettings,
     issued: u64,
@@ -1006,31 +963,6 @@ fn stop_rule(
         });
     }
     None
-}
-
-/// Waits until the monotonic clock reaches `due` (ns); returns the time
-/// observed when done. OS sleeps overshoot by up to milliseconds on busy or
-/// virtual machines, and every microsecond late is latency charged to the
-/// SUT, so it sleeps only while far away and yields for the last stretch:
-/// yielding rather than spinning leaves the core to the SUT's threads when
-/// they have work (a LoadGen node shares its cores with the QDL).
-fn wait_until(completer: &Ring, due: i64) -> i64 {
-    const SLEEP_MARGIN_NS: i64 = 4_000_000;
-    let clock = completer.clock();
-    loop {
-        let now = clock.now_ns();
-        let gap = due - now;
-        if gap <= 0 || completer.aborted() {
-            return now;
-        }
-        if gap > SLEEP_MARGIN_NS + 1_000_000 {
-            thread::sleep(Duration::from_nanos((gap - SLEEP_MARGIN_NS) as u64));
-        } else if gap > 20_000 {
-            thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 /// Ring slots needed: every sample of the largest query at once, and for

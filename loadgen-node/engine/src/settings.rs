@@ -1,4 +1,4 @@
-//! Test settings as requested (spec §2.1) and as derived for a run (§2.3).
+//! Test settings as requested (`test_settings.h`, `TestSettings`) and as derived for a run (`test_settings_internal.h`, `TestSettingsInternal`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -103,7 +103,7 @@ impl FromStr for TestMode {
     }
 }
 
-/// The settings a user asks for (spec §2.1). Field names follow upstream.
+/// The settings a user asks for (`test_settings.h`, `TestSettings`). Field names follow it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TestSettings {
     pub scenario: Scenario,
@@ -199,7 +199,7 @@ impl Default for TestSettings {
     }
 }
 
-/// The values a run actually uses (spec §2.3), derived from the requested
+/// The values a run actually uses (`test_settings_internal.h`, `TestSettingsInternal`), derived from the requested
 /// settings and the QSL's sizes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EffectiveSettings {

@@ -1,5 +1,5 @@
 //! The `requested_*` and `effective_*` records of the detail log
-//! (spec §12.2 items 4 and 5), in upstream's order and with upstream's value
+//! (`test_settings_internal.cc`, `LogRequestedTestSettings` and `TestSettingsInternal::LogEffectiveSettings`), in the official LoadGen's order and with the official LoadGen's value
 //! types, so that the `%g`/integer/bool rendering matches byte for byte.
 
 use crate::detail::LogValue;
@@ -140,7 +140,7 @@ pub fn requested_entries(s: &TestSettings) -> Vec<(&'static str, LogValue)> {
 /// The settings the run actually uses.
 pub fn effective_entries(e: &EffectiveSettings) -> Vec<(&'static str, LogValue)> {
     use LogValue::{Bool, Float, Int, Str, Uint};
-    // Upstream keeps latency and durations as signed chrono counts; an
+    // The official LoadGen keeps latency and durations as signed chrono counts; an
     // out-of-range request therefore shows up as a negative number.
     let signed = |v: u64| Int(v as i64);
     vec![

@@ -1,7 +1,7 @@
 //! Latency statistics whose memory depends on the range of the latencies,
-//! not on their number (spec §10.1).
+//! not on their number (`results.cc`, `PerformanceSummary::ProcessLatencies`).
 //!
-//! Upstream keeps every latency in a vector and sorts it: 8 bytes a sample,
+//! The official LoadGen keeps every latency in a vector and sorts it: 8 bytes a sample,
 //! gigabytes on a long high-QPS run. Here latencies go into a log-linear
 //! histogram: exact to the nanosecond below 2^17 ns (131 µs), and above that
 //! kept to 17 significant bits (a relative resolution of 2^-16, 15 ppm: 153 ns
@@ -87,7 +87,7 @@ impl LatencyHistogram {
         self.max
     }
 
-    /// Integer mean, as upstream computes it; 0 when empty.
+    /// Integer mean, as the official LoadGen computes it; 0 when empty.
     pub fn mean(&self) -> i64 {
         if self.count == 0 {
             0
@@ -130,7 +130,7 @@ impl LatencyHistogram {
         self.max
     }
 
-    /// The latency at percentile `p` as upstream picks it:
+    /// The latency at percentile `p` as the official LoadGen picks it:
     /// `sorted[trunc(count * p)]`.
     pub fn percentile(&self, p: f64) -> i64 {
         self.at_rank((self.count as f64 * p) as u64)
@@ -168,7 +168,7 @@ mod tests {
     use super::*;
     use crate::rng::Mt19937;
 
-    /// Reference: upstream's sorted-vector statistics.
+    /// Reference: the official LoadGen's sorted-vector statistics.
     fn sorted_at(sorted: &[i64], p: f64) -> i64 {
         sorted[(sorted.len() as f64 * p) as usize]
     }

@@ -1,9 +1,9 @@
-//! `mlperf_log_summary.txt` text (spec §12.1), byte for byte as upstream
+//! `mlperf_log_summary.txt` text (`results.cc`, `PerformanceSummary::LogSummary`; `test_settings_internal.cc`, `TestSettingsInternal::LogSummary`), byte for byte as the official LoadGen
 //! lays it out: the submission tooling parses these lines.
 
 use std::fmt::Write as _;
 
-use crate::fmt::{fixed1, fixed2, g6};
+use crate::number_format::{fixed1, fixed2, g6};
 use crate::results::{percentile_label, Results, PERCENTILES};
 use crate::settings::{EffectiveSettings, Scenario};
 use crate::stats::LatencyHistogram;

@@ -1,6 +1,6 @@
-//! `mlperf_log_trace.json`: Chrome trace events (spec §12.4), written by the
+//! `mlperf_log_trace.json`: Chrome trace events (`logging.cc`, `ChromeTracer`), written by the
 //! completion-processing thread, never by the issuing thread. Unlike
-//! upstream's, the file is valid JSON.
+//! the official LoadGen's, the file is valid JSON.
 
 use std::io::{self, Write};
 
@@ -131,7 +131,7 @@ mod tests {
     }
 
     #[test]
-    fn sample_events_have_upstream_fields() {
+    fn sample_events_have_the_official_fields() {
         let mut t = TraceLog::new(Vec::new(), 1.0).unwrap();
         t.sample(&SampleSpan {
             sample_seq: 0,

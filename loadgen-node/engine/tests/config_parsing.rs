@@ -595,7 +595,7 @@ fn effective_record_types() {
          performance_issue_unique:b performance_issue_same:b performance_issue_same_index:u \
          performance_sample_count:u accuracy_sample_count:u sample_concatenate_permutation:b"
     );
-    // Durations are signed upstream: a wrapped request shows as negative.
+    // Durations are signed the official LoadGen: a wrapped request shows as negative.
     eff.max_duration_ms = u64::MAX;
     let entries = effective_entries(&eff);
     let max = entries

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use loadgen_engine::fmt::g6;
 use loadgen_engine::loadable::{generate_loadable_sets, LoadableSet};
+use loadgen_engine::number_format::g6;
 use loadgen_engine::querygen::{QueryGenerator, RunKind};
 use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use serde_json::Value;
@@ -442,7 +442,7 @@ fn check_generation(case: &Case) {
 }
 
 /// How many generated queries the reference run must have issued, where that
-/// does not depend on timing (spec §8.2).
+/// does not depend on timing (`issue_query_controller.cc`, `IssueQueriesInternal`).
 fn deterministic_issue_count(
     eff: &EffectiveSettings,
     kind: RunKind,

@@ -1,4 +1,4 @@
-//! Number formats of upstream's logs: C `printf("%g")` (iostream default)
+//! Number formats of the official LoadGen's logs: C `printf("%g")` (iostream default)
 //! and fixed-precision decimals.
 
 /// C `printf("%g", x)`: 6 significant digits, the shorter of fixed and

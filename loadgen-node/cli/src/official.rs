@@ -1,0 +1,452 @@
+//! `--engine official`: the official LoadGen, compiled into this binary from
+//! its unaltered sources (build.rs), runs the test; the QDL is its SUT and
+//! this node's QSL its QSL. The C++ side is official/adapter.cc; this module
+//! is the Rust side of its callbacks and of the completion entry points.
+//!
+//! Call flow: `lgn_start_test` (the official `StartTest`, on this thread)
+//! calls back `load_samples`/`unload_samples` (the QSL), `sut_name` (the
+//! QDL's round trip to every node) and `issue_query` (the QDL sends each
+//! sample). The QDL's network threads hand answers to `OfficialLoadGen`,
+//! which calls `lgn_samples_complete` (the official `QuerySamplesComplete`)
+//! with the answer bytes where they lie: no copy.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use loadgen_engine::{
+    QuerySample, QuerySampleLibrary, QuerySampleResponse, Scenario, SystemUnderTest, TestMode,
+};
+use qdl::{ForeignLoadGen, ForeignSut, Qdl};
+
+use crate::run::{self, RunArgs};
+use loadgen_engine::null_sut::SizedQsl;
+
+#[repr(C)]
+struct Sample {
+    id: u64,
+    index: u64,
+}
+
+#[repr(C)]
+struct Response {
+    id: u64,
+    data: *const u8,
+    size: usize,
+    n_tokens: i64,
+}
+
+type SetName = unsafe extern "C" fn(out: *mut c_void, name: *const c_char, len: usize);
+
+#[repr(C)]
+struct Callbacks {
+    ctx: *mut c_void,
+    sut_name: extern "C" fn(ctx: *mut c_void, out: *mut c_void, set: SetName),
+    issue_query: extern "C" fn(ctx: *mut c_void, samples: *const Sample, count: usize),
+    flush_queries: extern "C" fn(ctx: *mut c_void),
+    load_samples: extern "C" fn(ctx: *mut c_void, indices: *const usize, count: usize),
+    unload_samples: extern "C" fn(ctx: *mut c_void, indices: *const usize, count: usize),
+    qsl_name: *const c_char,
+    total_sample_count: usize,
+    performance_sample_count: usize,
+}
+
+#[repr(C)]
+struct Test {
+    model: *const c_char,
+    scenario: c_int,
+    mode: c_int,
+    user_conf: *const c_char,
+    audit_config: *const c_char,
+    outdir: *const c_char,
+    enable_trace: c_int,
+    null_sut: c_int,
+}
+
+extern "C" {
+    fn lgn_start_test(
+        cb: *const Callbacks,
+        test: *const Test,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn lgn_samples_complete(responses: *const Response, count: usize);
+    fn lgn_first_tokens_complete(responses: *const Response, count: usize);
+    fn lgn_loadgen_version() -> *const c_char;
+}
+
+/// The official LoadGen's version, as it reports it.
+pub fn loadgen_version() -> String {
+    // SAFETY: a pointer to a static std::string's NUL-terminated storage.
+    unsafe { CStr::from_ptr(lgn_loadgen_version()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// How the compiled tree compares with the published 6.0.17 file list.
+pub fn tree_report() -> String {
+    let src = env!("LGN_SRC");
+    let files = env!("LGN_TREE_FILES");
+    if tree_matches() {
+        format!("{src}: matches the published 6.0.17 file list ({files} files checked)")
+    } else {
+        format!(
+            "{src}: DOES NOT MATCH the published 6.0.17 file list: {}",
+            env!("LGN_TREE_DIFFERENCES")
+        )
+    }
+}
+
+fn tree_matches() -> bool {
+    env!("LGN_TREE_MATCHES") == "1"
+}
+
+/// Hands the QDL's answers to the official LoadGen.
+struct OfficialLoadGen {
+    output_dir: PathBuf,
+}
+
+fn to_c(responses: &[QuerySampleResponse<'_>]) -> Vec<Response> {
+    responses
+        .iter()
+        .map(|r| Response {
+            id: r.id,
+            data: r.data.as_ptr(),
+            size: r.data.len(),
+            n_tokens: r.n_tokens,
+        })
+        .collect()
+}
+
+impl ForeignLoadGen for OfficialLoadGen {
+    fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        let c = to_c(responses);
+        // SAFETY: ids are the LoadGen's own, each outstanding exactly once
+        // (ForeignSut guarantees it); the data outlives the call.
+        unsafe { lgn_samples_complete(c.as_ptr(), c.len()) }
+    }
+
+    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        let c = to_c(responses);
+        // SAFETY: as above.
+        unsafe { lgn_first_tokens_complete(c.as_ptr(), c.len()) }
+    }
+
+    /// The official LoadGen cannot be stopped (it issues until its minimum
+    /// duration and query count are met, ten minutes and more in a real
+    /// run), so a failed run ends the process now, its logs set aside.
+    fn failed(&self, reason: &str) {
+        eprintln!("loadgen-node: the run failed: {reason}");
+        if let Err(e) = mark_failed(&self.output_dir, reason) {
+            eprintln!("loadgen-node: {e:#}");
+        }
+        let _ = std::io::stdout().flush();
+        // SAFETY: _exit ends the process at once, without running the
+        // official LoadGen's static destructors while its threads still run.
+        unsafe { libc::_exit(2) }
+    }
+}
+
+/// What the callbacks reach through `ctx`.
+struct Harness {
+    /// None: the adapter's own null SUT answers.
+    sut: Option<ForeignSut>,
+    qsl: Arc<dyn QuerySampleLibrary>,
+}
+
+impl Harness {
+    fn fail(&self, reason: String) {
+        match &self.sut {
+            Some(sut) => sut.fail(reason),
+            None => eprintln!("loadgen-node: {reason}"),
+        }
+    }
+}
+
+fn harness<'a>(ctx: *mut c_void) -> &'a Harness {
+    // SAFETY: `ctx` is the `&Harness` that `run` passes and keeps alive for
+    // the whole `lgn_start_test` call, the only time callbacks come.
+    unsafe { &*(ctx as *const Harness) }
+}
+
+extern "C" fn sut_name(ctx: *mut c_void, out: *mut c_void, set: SetName) {
+    let h = harness(ctx);
+    let Some(sut) = &h.sut else { return };
+    let name = match sut.name() {
+        Ok(n) => n,
+        Err(e) => {
+            // The run cannot stand: its logs will carry this name, and the
+            // run is reported failed.
+            sut.fail(format!("Name(): {e}"));
+            format!("Network SUT (Name failed: {e})")
+        }
+    };
+    // SAFETY: `set` copies the bytes into the adapter's std::string.
+    unsafe { set(out, name.as_ptr().cast(), name.len()) }
+}
+
+extern "C" fn issue_query(ctx: *mut c_void, samples: *const Sample, count: usize) {
+    if count == 0 {
+        return;
+    }
+    // SAFETY: the adapter passes its std::vector<QuerySample>'s storage,
+    // same layout (checked by static_assert there), valid for this call.
+    let raw = unsafe { std::slice::from_raw_parts(samples, count) };
+    let samples: Vec<QuerySample> = raw
+        .iter()
+        .map(|s| QuerySample {
+            id: s.id,
+            index: s.index as usize,
+        })
+        .collect();
+    if let Some(sut) = &harness(ctx).sut {
+        sut.issue_query(&samples);
+    }
+}
+
+extern "C" fn flush_queries(ctx: *mut c_void) {
+    if let Some(sut) = &harness(ctx).sut {
+        sut.flush_queries();
+    }
+}
+
+fn indices<'a>(indices: *const usize, count: usize) -> &'a [usize] {
+    if count == 0 {
+        return &[];
+    }
+    // SAFETY: the adapter's std::vector<QuerySampleIndex> storage, valid for
+    // the call.
+    unsafe { std::slice::from_raw_parts(indices, count) }
+}
+
+extern "C" fn load_samples(ctx: *mut c_void, idx: *const usize, count: usize) {
+    let h = harness(ctx);
+    if let Err(e) = h.qsl.load_samples(indices(idx, count)) {
+        h.fail(format!("the QSL could not load samples: {e}"));
+    }
+}
+
+extern "C" fn unload_samples(ctx: *mut c_void, idx: *const usize, count: usize) {
+    let h = harness(ctx);
+    if let Err(e) = h.qsl.unload_samples(indices(idx, count)) {
+        h.fail(format!("the QSL could not unload samples: {e}"));
+    }
+}
+
+fn c_string(what: &str, s: String) -> Result<CString> {
+    CString::new(s).with_context(|| format!("{what} contains a NUL byte"))
+}
+
+fn c_path(what: &str, p: &Path) -> Result<CString> {
+    c_string(what, p.display().to_string())
+}
+
+/// The user.conf the official LoadGen reads: --user-conf, with the --set
+/// lines appended (later lines win) in a file of the output directory, so
+/// that FromConfig is called once, as the rules expect.
+fn user_conf(args: &RunArgs) -> Result<Option<PathBuf>> {
+    if args.set.is_empty() {
+        return Ok(args.user_conf.clone());
+    }
+    let mut text = match &args.user_conf {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read --user-conf {}", p.display()))?,
+        None => String::new(),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# --set\n");
+    text.push_str(&run::set_lines(args)?);
+    let path = args.output_dir.join("user.conf.loadgen-node");
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Some(path))
+}
+
+fn refuse_unsupported(args: &RunArgs) -> Result<()> {
+    if args.conf.is_some() {
+        bail!(
+            "--conf: the official LoadGen 6.0.17 reads mlperf.conf only from the copy compiled \
+             into it (mlperf_conf.h of its tree); to use another round's mlperf.conf, build \
+             against that round's LoadGen release"
+        );
+    }
+    if args.null_tokens {
+        bail!("--null-tokens: the official engine's null SUT answers without tokens");
+    }
+    Ok(())
+}
+
+/// Runs one test with the official LoadGen.
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    refuse_unsupported(args)?;
+    if !tree_matches() {
+        eprintln!(
+            "loadgen-node: WARNING: the official LoadGen compiled into this binary was built \
+             from a tree that is not the released one; its runs cannot be submitted.\n  {}",
+            tree_report()
+        );
+    }
+    std::fs::create_dir_all(&args.output_dir)
+        .with_context(|| format!("cannot create {}", args.output_dir.display()))?;
+    let audit_config = match &args.audit_config {
+        Some(p) if !p.is_file() => bail!("--audit-config {}: no such file", p.display()),
+        Some(p) => p.clone(),
+        None => PathBuf::from("audit.config"),
+    };
+    if args.audit_config.is_none() && audit_config.is_file() {
+        eprintln!("loadgen-node: the official LoadGen will apply ./audit.config from the working directory");
+    }
+    let user_conf = user_conf(args)?;
+
+    let (harness, data) = if args.sut == "null" {
+        let total = args.total_sample_count.unwrap_or(1024);
+        if total == 0 {
+            bail!("--total-sample-count must be at least 1");
+        }
+        let performance = args.performance_sample_count.unwrap_or(total);
+        eprintln!(
+            "loadgen-node: official LoadGen {} with its in-process null SUT",
+            loadgen_version()
+        );
+        let qsl: Arc<dyn QuerySampleLibrary> = Arc::new(SizedQsl::new(total, performance));
+        (Harness { sut: None, qsl }, None)
+    } else {
+        let qsl = Arc::new(run::network_qsl(args)?);
+        let config = run::qdl_config(args, &qsl)?;
+        eprintln!(
+            "loadgen-node: official LoadGen {}; data set {}; connecting to {} sut-node(s)",
+            loadgen_version(),
+            qsl.name(),
+            config.nodes.len()
+        );
+        let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+        let official = OfficialLoadGen {
+            output_dir: args.output_dir.clone(),
+        };
+        let sut = ForeignSut::new(qdl, Arc::new(official));
+        let data = qsl.source().clone();
+        (
+            Harness {
+                sut: Some(sut),
+                qsl,
+            },
+            Some(data),
+        )
+    };
+
+    let qsl = &harness.qsl;
+    let qsl_name = c_string("the QSL name", qsl.name())?;
+    let callbacks = Callbacks {
+        ctx: &harness as *const Harness as *mut c_void,
+        sut_name,
+        issue_query,
+        flush_queries,
+        load_samples,
+        unload_samples,
+        qsl_name: qsl_name.as_ptr(),
+        total_sample_count: qsl.total_sample_count(),
+        performance_sample_count: qsl.performance_sample_count(),
+    };
+    let model = c_string("--model", args.model.clone())?;
+    let user_conf_c = user_conf
+        .as_deref()
+        .map(|p| c_path("--user-conf", p))
+        .transpose()?;
+    let audit_c = c_path("--audit-config", &audit_config)?;
+    let outdir = c_path("--output-dir", &args.output_dir)?;
+    let test = Test {
+        model: model.as_ptr(),
+        scenario: scenario_number(args.scenario),
+        mode: args.mode.map_or(-1, |m| mode_number(m) as c_int),
+        user_conf: user_conf_c
+            .as_ref()
+            .map_or(std::ptr::null(), |c| c.as_ptr()),
+        audit_config: audit_c.as_ptr(),
+        outdir: outdir.as_ptr(),
+        enable_trace: c_int::from(!args.no_trace),
+        null_sut: c_int::from(harness.sut.is_none()),
+    };
+    let mut err = vec![0 as c_char; 1024];
+    // SAFETY: every pointer in `callbacks` and `test` lives until this call
+    // returns; `err` is writable for its length.
+    let rc = unsafe { lgn_start_test(&callbacks, &test, err.as_mut_ptr(), err.len()) };
+    if rc != 0 {
+        // SAFETY: the adapter NUL-terminates within the buffer.
+        let msg = unsafe { CStr::from_ptr(err.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        bail!("{msg}");
+    }
+
+    let summary = args.output_dir.join("mlperf_log_summary.txt");
+    if let Ok(text) = std::fs::read_to_string(&summary) {
+        print!("{text}");
+    }
+    // A failed run never gets here: `OfficialLoadGen::failed` ended the
+    // process.
+    let Harness { sut, .. } = harness;
+    if let Some(sut) = sut {
+        println!("\nNetwork SUT (not part of the official logs):");
+        for (k, v) in sut.qdl().report() {
+            println!("  {k}: {v}");
+        }
+        sut.finish();
+    }
+    let mut verified = true;
+    if let (true, Some(data)) = (args.verify_synthetic, &data) {
+        verified = run::verify_synthetic(&args.output_dir.join("mlperf_log_accuracy.json"), data)?;
+    }
+    let _ = std::io::stdout().flush();
+    Ok(run::exit_code(false, verified))
+}
+
+/// The logs of a failed run (complete or not) are renamed so that no tool
+/// takes them for a result, and the reason is written beside them.
+fn mark_failed(dir: &Path, reason: &str) -> Result<()> {
+    for name in [
+        "mlperf_log_summary.txt",
+        "mlperf_log_detail.txt",
+        "mlperf_log_accuracy.json",
+        "mlperf_log_trace.json",
+    ] {
+        let from = dir.join(name);
+        if from.exists() {
+            let to = dir.join(format!("{name}.failed-run"));
+            std::fs::rename(&from, &to)
+                .with_context(|| format!("cannot rename {}", from.display()))?;
+        }
+    }
+    let note = dir.join("RUN_FAILED.txt");
+    std::fs::write(&note, format!("{reason}\n"))
+        .with_context(|| format!("cannot write {}", note.display()))?;
+    eprintln!(
+        "loadgen-node: the official LoadGen's logs of this failed run were renamed *.failed-run; \
+         the reason is in {}",
+        note.display()
+    );
+    Ok(())
+}
+
+/// mlperf::TestScenario's values.
+fn scenario_number(scenario: Scenario) -> c_int {
+    match scenario {
+        Scenario::SingleStream => 0,
+        Scenario::MultiStream => 1,
+        Scenario::Server => 2,
+        Scenario::Offline => 3,
+    }
+}
+
+/// mlperf::TestMode's values.
+fn mode_number(mode: TestMode) -> u8 {
+    match mode {
+        TestMode::SubmissionRun => 0,
+        TestMode::AccuracyOnly => 1,
+        TestMode::PerformanceOnly => 2,
+        TestMode::FindPeakPerformance => 3,
+    }
+}

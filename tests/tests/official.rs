@@ -1,0 +1,332 @@
+//! `--engine official`: the official LoadGen 6.0.17, compiled into
+//! loadgen-node, drives the QDL against real sut-node processes; and the
+//! cross-check of both engines on the same settings and nodes.
+//!
+//! Built only with this crate's `official-loadgen` feature (run by
+//! tests/official/run.sh, which fetches and checks the official sources).
+#![cfg(feature = "official-loadgen")]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use tests::{accuracy_entries, binary, detail_value, loadgen, scratch, sut_list, text, SutNode};
+
+const DATA: &[&str] = &[
+    "--model",
+    "resnet50",
+    "--sample-bytes",
+    "64",
+    "--total-sample-count",
+    "300",
+    "--performance-sample-count",
+    "100",
+    "--no-trace",
+];
+
+/// Short runs of each scenario that a pair of synthetic nodes meets easily.
+fn scenarios() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        (
+            "SingleStream",
+            vec![
+                "min_duration=300",
+                "min_query_count=200",
+                "target_latency=1",
+            ],
+        ),
+        (
+            "MultiStream",
+            // Early stopping needs 662 queries at the 99th percentile.
+            vec![
+                "min_duration=300",
+                "min_query_count=700",
+                "target_latency=1",
+            ],
+        ),
+        (
+            "Server",
+            // A latency bound (100 ms) a loaded CI machine meets too; early
+            // stopping needs several hundred queries.
+            vec![
+                "target_qps=300",
+                "target_latency=100",
+                "min_duration=500",
+                "min_query_count=700",
+            ],
+        ),
+        // A query larger than the nodes answer in min_duration: they answer
+        // about 16,000 samples/s (8-sample batches of 1 ms each, two nodes).
+        ("Offline", vec!["target_qps=40000", "min_duration=300"]),
+    ]
+}
+
+fn nodes() -> Vec<SutNode> {
+    ["official-a", "official-b"]
+        .iter()
+        .map(|n| {
+            SutNode::start(
+                n,
+                &["--max-batch-size", "8", "--service-time", "fixed:1000"],
+            )
+        })
+        .collect()
+}
+
+fn run(
+    engine: &str,
+    sut: &str,
+    scenario: &str,
+    mode: &str,
+    sets: &[&str],
+    out: &Path,
+    extra: &[&str],
+) -> Output {
+    let out_s = out.display().to_string();
+    let mut args = vec![
+        "--engine",
+        engine,
+        "--sut",
+        sut,
+        "--scenario",
+        scenario,
+        "--mode",
+        mode,
+        "--output-dir",
+        &out_s,
+    ];
+    args.extend_from_slice(DATA);
+    args.extend_from_slice(extra);
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let o = loadgen(&args);
+    assert!(
+        o.status.success(),
+        "{engine} {scenario} {mode}: {}",
+        text(&o.stderr)
+    );
+    o
+}
+
+fn summary(out: &Path) -> String {
+    std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap_or_default()
+}
+
+#[test]
+fn official_loadgen_writes_its_logs_with_the_network_sut_name_from_a_round_trip() {
+    let nodes = nodes();
+    let sut = sut_list(&nodes);
+    let out = scratch("official-logs");
+    run(
+        "official",
+        &sut,
+        "Offline",
+        "PerformanceOnly",
+        &["target_qps=40000", "min_duration=300"],
+        &out,
+        &[],
+    );
+    let version = detail_value(&out, "loadgen_version").expect("loadgen_version");
+    assert!(
+        version.as_str().is_some_and(|v| v.starts_with("6.0.17")),
+        "{version}"
+    );
+    let sha1 = detail_value(&out, "loadgen_file_sha1").expect("loadgen_file_sha1");
+    assert_eq!(
+        sha1["/loadgen.cc"], "86bc3765857092b9d1f380604b101c771679842a",
+        "the official LoadGen logs the hash of the file it was built from"
+    );
+    assert_eq!(
+        detail_value(&out, "sut_name").expect("sut_name"),
+        "Network SUT (2 nodes: official-a, official-b)"
+    );
+    for log in [
+        "mlperf_log_summary.txt",
+        "mlperf_log_detail.txt",
+        "mlperf_log_accuracy.json",
+    ] {
+        assert!(out.join(log).is_file(), "{log}");
+    }
+    assert!(
+        summary(&out).contains("Result is : VALID"),
+        "{}",
+        summary(&out)
+    );
+
+    let v = loadgen(&["--version"]);
+    assert!(
+        text(&v.stdout).contains("matches the published 6.0.17 file list"),
+        "{}",
+        text(&v.stdout)
+    );
+}
+
+#[test]
+fn both_engines_answer_the_same_samples_in_accuracy_mode() {
+    let nodes = nodes();
+    let sut = sut_list(&nodes);
+    for (scenario, sets) in scenarios() {
+        let mut answered = Vec::new();
+        for engine in ["native", "official"] {
+            let out = scratch(&format!("xcheck-acc-{engine}-{scenario}"));
+            // Every answer logged is the synthetic nodes' answer for its
+            // sample.
+            let o = run(
+                engine,
+                &sut,
+                scenario,
+                "AccuracyOnly",
+                &sets,
+                &out,
+                &["--verify-synthetic"],
+            );
+            assert!(
+                text(&o.stdout).contains("logged answers match"),
+                "{engine} {scenario}: {}",
+                text(&o.stdout)
+            );
+            let mut idx: Vec<u64> = accuracy_entries(&out).iter().map(|e| e.qsl_idx).collect();
+            idx.sort_unstable();
+            answered.push(idx);
+        }
+        let mut distinct = answered[0].clone();
+        distinct.dedup();
+        assert_eq!(distinct, (0..300).collect::<Vec<u64>>(), "{scenario}");
+        assert_eq!(
+            answered[0], answered[1],
+            "{scenario}: answered sample indices"
+        );
+    }
+}
+
+/// Effective settings both engines must agree on.
+const SAME: &[&str] = &[
+    "effective_scenario",
+    "effective_test_mode",
+    "effective_samples_per_query",
+    "effective_target_qps",
+    "effective_target_latency_ns",
+    "effective_min_duration_ms",
+    "effective_min_query_count",
+    "effective_min_sample_count",
+    "effective_qsl_rng_seed",
+    "effective_sample_index_rng_seed",
+    "effective_schedule_rng_seed",
+    "effective_performance_sample_count",
+    "loaded_qsl_set",
+    "result_validity",
+];
+
+#[test]
+fn both_engines_agree_on_settings_loaded_sets_and_validity_in_performance_mode() {
+    let nodes = nodes();
+    let sut = sut_list(&nodes);
+    for (scenario, sets) in scenarios() {
+        let native = scratch(&format!("xcheck-perf-native-{scenario}"));
+        let official = scratch(&format!("xcheck-perf-official-{scenario}"));
+        run(
+            "native",
+            &sut,
+            scenario,
+            "PerformanceOnly",
+            &sets,
+            &native,
+            &[],
+        );
+        run(
+            "official",
+            &sut,
+            scenario,
+            "PerformanceOnly",
+            &sets,
+            &official,
+            &[],
+        );
+        for key in SAME {
+            let (n, o) = (detail_value(&native, key), detail_value(&official, key));
+            assert!(n.is_some(), "{scenario}: native log lacks {key}");
+            assert_eq!(n, o, "{scenario}: {key}");
+        }
+        assert_eq!(
+            detail_value(&official, "result_validity").as_ref(),
+            Some(&serde_json::Value::from("VALID")),
+            "{scenario}: {}",
+            summary(&official)
+        );
+    }
+}
+
+#[test]
+fn a_node_dying_mid_run_ends_the_official_run_and_its_logs_are_set_aside() {
+    let mut nodes = nodes();
+    let sut = sut_list(&nodes);
+    let victim_addr = nodes[1].addr.clone();
+    let out = scratch("official-node-dies");
+    let mut child = Command::new(binary("loadgen-node"))
+        .args([
+            "--engine",
+            "official",
+            "--sut",
+            &sut,
+            "--scenario",
+            "Server",
+        ])
+        .args(["--mode", "PerformanceOnly", "--node-timeout", "1"])
+        .args(DATA)
+        .args(["--set", "target_qps=500", "--set", "min_duration=60000"])
+        .arg("--output-dir")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("loadgen-node starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while detail_value(&out, "generated_query_count").is_none() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nodes[1].kill();
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the official run did not end after a node died"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = child
+        .wait_with_output()
+        .map(|o| text(&o.stderr))
+        .unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&victim_addr),
+        "the reason names the node: {err}"
+    );
+    let note = std::fs::read_to_string(out.join("RUN_FAILED.txt")).unwrap_or_default();
+    assert!(note.contains(&victim_addr), "{note}");
+    assert!(!out.join("mlperf_log_summary.txt").exists());
+    assert!(out.join("mlperf_log_summary.txt.failed-run").is_file());
+}
+
+#[test]
+fn flags_the_official_engine_cannot_honour_are_refused() {
+    let o = loadgen(&[
+        "--engine",
+        "official",
+        "--conf",
+        "x.conf",
+        "--sut",
+        "127.0.0.1:1",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("mlperf_conf.h"),
+        "{}",
+        text(&o.stderr)
+    );
+}
