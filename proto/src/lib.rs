@@ -11,6 +11,7 @@ pub use generated::*;
 /// Version of the protocol; a session is refused when the two ends differ.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+pub mod benchmarks;
 pub mod host;
 pub mod quic;
 pub mod synthetic;

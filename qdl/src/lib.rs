@@ -67,7 +67,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use compression::wire::wire_name;
@@ -213,6 +213,27 @@ fn label(addr: &NodeAddr, name: Option<&str>) -> String {
 }
 
 impl Qdl {
+    /// [`Qdl::connect`], retried while a node answers that it is not ready
+    /// (its backend still loading), for up to `wait`; `waiting` is told which
+    /// node is waited for, before each retry. Other failures end it at once.
+    pub fn connect_when_ready(
+        config: QdlConfig,
+        data: Arc<dyn SampleData>,
+        wait: Duration,
+        mut waiting: impl FnMut(&str, Duration),
+    ) -> Result<Qdl, QdlError> {
+        let started = Instant::now();
+        loop {
+            match Qdl::connect(config.clone(), Arc::clone(&data)) {
+                Err(QdlError::NotReady { node }) if started.elapsed() < wait => {
+                    waiting(&node, started.elapsed());
+                    std::thread::sleep(READY_POLL.min(wait.saturating_sub(started.elapsed())));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Opens `connections_per_node` connections to every node, starts a
     /// session on each and opens its data stream. Fails on the first node
     /// that cannot be reached, refuses the session, is not ready, speaks
@@ -244,6 +265,7 @@ impl Qdl {
                 config.input_codec,
                 config.connect_timeout,
                 config.tls.clone().map(Arc::new),
+                max_message(config.max_answer_bytes),
             ),
         )
         .ok_or_else(|| QdlError::Config("the QDL's runtime stopped while connecting".into()))??;
@@ -389,10 +411,10 @@ impl SystemUnderTest for Qdl {
                 )
             };
             match answers.get(&i) {
-                Some(Ok(name)) if name.is_empty() => {
-                    return Err(fail("the node reported an empty name".into()))
-                }
-                Some(Ok(name)) => names.push(name.clone()),
+                Some(Ok(name)) => match check_node_name(name) {
+                    Ok(()) => names.push(name.clone()),
+                    Err(reason) => return Err(fail(reason)),
+                },
                 Some(Err(e)) => return Err(fail(e.clone())),
                 None => return Err(fail("the call did not complete".into())),
             }
@@ -499,6 +521,13 @@ impl Drop for Qdl {
     }
 }
 
+/// The largest message accepted from a node, so that the answer limit holds
+/// while receiving: one answer of `max_answer_bytes` (a node packs smaller
+/// ones into messages of about 1 MiB), plus framing and codec overhead.
+fn max_message(max_answer_bytes: usize) -> usize {
+    max_answer_bytes.max(1 << 20).saturating_add(64 << 10)
+}
+
 /// Runs `fut` on `runtime` and waits for it from this thread. Unlike
 /// `Runtime::block_on` this also works from inside another runtime.
 fn block_on<F>(runtime: &Runtime, fut: F) -> Option<F::Output>
@@ -533,13 +562,22 @@ async fn open_all(
     input_codec: Codec,
     timeout: Duration,
     tls: Option<Arc<ClientTls>>,
+    max_message: usize,
 ) -> Result<Vec<Opened>, QdlError> {
     let mut set = JoinSet::new();
     for (n, addr) in nodes.iter().enumerate() {
         for k in 0..per_node {
             let (addr, request, tls) = (addr.clone(), request.clone(), tls.clone());
             set.spawn(async move {
-                let r = open_one(&addr, request, input_codec, timeout, tls.as_deref()).await;
+                let r = open_one(
+                    &addr,
+                    request,
+                    input_codec,
+                    timeout,
+                    tls.as_deref(),
+                    max_message,
+                )
+                .await;
                 (n * per_node + k, r)
             });
         }
@@ -563,10 +601,12 @@ async fn open_one(
     input_codec: Codec,
     timeout: Duration,
     tls: Option<&ClientTls>,
+    max_message: usize,
 ) -> Result<Opened, QdlError> {
     let node = label(addr, None);
     let late = |what: &str| format!("no {what} within {timeout:?}");
-    let link = match tokio::time::timeout(timeout, Link::connect(addr, tls, timeout)).await {
+    let connect = Link::connect(addr, tls, timeout, max_message);
+    let link = match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return Err(QdlError::Connect { node, reason: e.0 }),
         Err(_) => {
@@ -586,9 +626,10 @@ async fn open_one(
         Ok(Err(e)) => return Err(rpc_err(&node, "StartSession", e.0)),
         Err(_) => return Err(rpc_err(&node, "StartSession", late("reply"))),
     };
-    let node = match session.node_name.as_str() {
-        "" => node,
-        name => label(addr, Some(name)),
+    // A name that is refused below stays out of every message.
+    let node = match check_node_name(&session.node_name) {
+        Ok(()) => label(addr, Some(&session.node_name)),
+        Err(_) => node,
     };
     check_session(&node, &session, input_codec)?;
 
@@ -627,11 +668,8 @@ fn check_session(node: &str, s: &SessionReply, input_codec: Codec) -> Result<(),
     if !s.ready {
         return Err(QdlError::NotReady { node });
     }
-    if s.node_name.is_empty() {
-        return Err(QdlError::Incompatible {
-            node,
-            reason: "the node reported an empty name".into(),
-        });
+    if let Err(reason) = check_node_name(&s.node_name) {
+        return Err(QdlError::Incompatible { node, reason });
     }
     if input_codec != Codec::None && !s.input_codecs.contains(&(input_codec as i32)) {
         let decodes: Vec<String> = s.input_codecs.iter().map(|c| wire_name(*c)).collect();
@@ -690,6 +728,35 @@ fn node_names(
     let refs: Vec<&NodeAddr> = addrs.iter().collect();
     check_unique(&names, &refs)?;
     Ok(names)
+}
+
+/// How often a node that is not ready is asked again.
+const READY_POLL: Duration = Duration::from_secs(1);
+
+/// The longest node name accepted, in bytes.
+pub const MAX_NODE_NAME_BYTES: usize = 128;
+
+/// A node name goes into the logs and the summary: it must be short,
+/// printable text. Returns why it is not.
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the node reported an empty name".into());
+    }
+    if name.len() > MAX_NODE_NAME_BYTES {
+        return Err(format!(
+            "the node reported a name of {} bytes (at most {MAX_NODE_NAME_BYTES})",
+            name.len()
+        ));
+    }
+    let unprintable = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if let Some((at, c)) = name.char_indices().find(|&(_, c)| unprintable(c)) {
+        return Err(format!(
+            "the node reported a name with the unprintable character U+{:04X} at byte {at} \
+             (names must be printable text)",
+            c as u32
+        ));
+    }
+    Ok(())
 }
 
 fn check_unique(names: &[String], addrs: &[&NodeAddr]) -> Result<(), QdlError> {

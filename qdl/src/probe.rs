@@ -16,6 +16,10 @@ use crate::config::NodeAddr;
 use crate::error::QdlError;
 use crate::transport::Link;
 
+/// The largest probe reply accepted: the node answers at most 256 MiB,
+/// plus the message's own fields.
+const MAX_PROBE_MESSAGE: usize = (256 << 20) + 4096;
+
 /// Open connections to one node.
 pub struct NodeProbe {
     rt: Runtime,
@@ -59,16 +63,19 @@ impl NodeProbe {
         let links = rt.block_on(async {
             let mut links = Vec::new();
             for _ in 0..connections.max(1) {
-                let link = tokio::time::timeout(timeout, Link::connect(&addr, tls, timeout))
-                    .await
-                    .map_err(|_| QdlError::Connect {
-                        node: node.clone(),
-                        reason: format!("no connection within {timeout:?}"),
-                    })?
-                    .map_err(|e| QdlError::Connect {
-                        node: node.clone(),
-                        reason: e.0,
-                    })?;
+                let link = tokio::time::timeout(
+                    timeout,
+                    Link::connect(&addr, tls, timeout, MAX_PROBE_MESSAGE),
+                )
+                .await
+                .map_err(|_| QdlError::Connect {
+                    node: node.clone(),
+                    reason: format!("no connection within {timeout:?}"),
+                })?
+                .map_err(|e| QdlError::Connect {
+                    node: node.clone(),
+                    reason: e.0,
+                })?;
                 links.push(link);
             }
             Ok::<_, QdlError>(links)

@@ -223,6 +223,29 @@ fn a_decompression_bomb_ends_the_run_invalid_naming_the_node() {
 }
 
 #[test]
+fn an_answer_over_the_limit_is_refused_while_it_arrives() {
+    // 4 MiB in one message against a 1000-byte answer limit: the transport
+    // refuses the message at its header (its limit is about 1 MiB), before
+    // buffering it.
+    let node = FakeNode::start(Behaviour {
+        huge_at: Some(1),
+        ..Behaviour::named("huge")
+    });
+    let qdl = Qdl::connect(
+        QdlConfig {
+            max_answer_bytes: 1000,
+            ..config(&[&node])
+        },
+        Samples::new(8),
+    )
+    .expect("connects");
+    let ran = run(&qdl, &single_stream(20), 8, "codecs-huge");
+    let err = ran.outcome.run_error.expect("the run fails");
+    assert!(err.contains(&node.label("huge")), "{err}");
+    assert!(err.contains("too large"), "{err}");
+}
+
+#[test]
 fn a_corrupt_answer_ends_the_run_invalid_naming_the_node() {
     for (codec, why) in [
         (Codec::Lz4, "corrupt lz4 frame"),

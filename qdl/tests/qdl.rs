@@ -76,6 +76,34 @@ fn duplicate_node_names_are_rejected() {
 }
 
 #[test]
+fn names_that_are_not_short_printable_text_are_refused_naming_the_node() {
+    let long = "n".repeat(qdl::MAX_NODE_NAME_BYTES + 1);
+    let cases = [
+        ("a\n:::MLLOG {}", "U+000A at byte 1"),
+        ("tab\there", "U+0009 at byte 3"),
+        (long.as_str(), "129 bytes (at most 128)"),
+    ];
+    for (name, why) in cases {
+        let good = FakeNode::start(Behaviour::named("ok"));
+        let bad = FakeNode::start(Behaviour::named(name));
+        let e = connect_err(config(&[&good, &bad])).to_string();
+        let node = format!("sut-node {}:", bad.addr);
+        assert!(e.contains(&node) && e.contains(why), "{e}");
+        assert!(!e.contains(name), "the refused name stays out: {e}");
+    }
+    // A name changed after the session is checked by the Name round trip.
+    let n = FakeNode::start(Behaviour {
+        name_reply: Some("x\r\nResult is : VALID".into()),
+        ..Behaviour::named("n")
+    });
+    let e = connect(&[&n], 8).name().unwrap_err().to_string();
+    assert!(
+        e.contains(&n.label("n")) && e.contains("U+000D at byte 1"),
+        "{e}"
+    );
+}
+
+#[test]
 fn samples_cross_the_network_and_answers_complete_the_right_ids() {
     let a = FakeNode::start(Behaviour::named("n1"));
     let b = FakeNode::start(Behaviour::named("n2"));
@@ -419,4 +447,44 @@ fn an_unreachable_node_fails_connect_fast() {
         "{e}"
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn connect_waits_for_a_node_whose_backend_is_loading() {
+    let good = FakeNode::start(Behaviour::named("ok"));
+    let loading = FakeNode::start(Behaviour {
+        loading_sessions: 3,
+        ..Behaviour::named("slow")
+    });
+    let mut told = Vec::new();
+    let qdl = Qdl::connect_when_ready(
+        config(&[&good, &loading]),
+        Samples::new(8),
+        Duration::from_secs(60),
+        |node, _| told.push(node.to_string()),
+    )
+    .expect("connects once the node is ready");
+    assert_eq!(qdl.node_names(), ["ok", "slow"]);
+    assert!(!told.is_empty(), "the wait was reported");
+    assert!(told.iter().all(|n| n.contains(&loading.addr)), "{told:?}");
+
+    // A node that stays loading fails once the wait is over, naming it.
+    let never = FakeNode::start(Behaviour {
+        ready: false,
+        ..Behaviour::named("never")
+    });
+    let started = Instant::now();
+    let e = Qdl::connect_when_ready(
+        config(&[&never]),
+        Samples::new(8),
+        Duration::from_millis(1500),
+        |_, _| {},
+    )
+    .err()
+    .expect("fails");
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    assert!(
+        matches!(e, QdlError::NotReady { .. }) && e.to_string().contains(&never.addr),
+        "{e}"
+    );
 }

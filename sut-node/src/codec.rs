@@ -12,8 +12,19 @@ use proto::{Codec, FromNode};
 /// The input codecs this node decodes, as reported by `StartSession`.
 pub const INPUT_CODECS: &[Codec] = &[Codec::None, Codec::Zstd, Codec::Lz4];
 
-/// Default bound on one decoded input: 1 GiB.
-pub const DEFAULT_MAX_INPUT_BYTES: usize = 1 << 30;
+/// Default bound on one decoded input when the node's benchmark is not
+/// known: 64 MiB.
+pub const DEFAULT_MAX_INPUT_BYTES: usize = 64 << 20;
+
+/// The default bound on one decoded input for `benchmark`: four times its
+/// input size (inputs vary around the average), at least 1 MiB; or
+/// [`DEFAULT_MAX_INPUT_BYTES`] for a benchmark this node does not know.
+pub fn default_max_input_bytes(benchmark: &str) -> usize {
+    match proto::benchmarks::find(benchmark) {
+        Some(b) => (4 * b.input_bytes).max(1 << 20),
+        None => DEFAULT_MAX_INPUT_BYTES,
+    }
+}
 
 /// The node's codec settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 //! placed before those of the command line, which therefore win.
 
 use std::ffi::OsString;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -29,8 +30,10 @@ pub enum ConfigError {
         path: PathBuf,
         line: Option<usize>,
         key: String,
-        why: &'static str,
+        why: String,
     },
+    #[error("{}: larger than {MAX_CONFIG_BYTES} bytes; not a sut-node config file", path.display())]
+    TooLarge { path: PathBuf },
     #[error("--config needs a file name")]
     MissingFile,
 }
@@ -39,12 +42,16 @@ fn line_suffix(line: Option<usize>) -> String {
     line.map(|l| format!(":{l}")).unwrap_or_default()
 }
 
+/// The largest config file read; anything bigger is not one.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// `args` (the whole command line, program name first) with the options of
-/// `serve --config FILE` inserted right after `serve`. `known` lists the long
-/// flags of `serve`. Other command lines come back unchanged.
+/// `serve --config FILE` inserted right after `serve`. `serve` is the clap
+/// command of `serve`, whose flags and value parsers check the file's keys
+/// and values. Other command lines come back unchanged.
 pub fn args_with_config(
     args: impl IntoIterator<Item = OsString>,
-    known: &[String],
+    serve: &clap::Command,
 ) -> Result<Vec<OsString>, ConfigError> {
     let mut args: Vec<OsString> = args.into_iter().collect();
     if args.get(1).map(|a| a != "serve").unwrap_or(true) {
@@ -53,7 +60,7 @@ pub fn args_with_config(
     let Some(path) = config_path(&args[2..])? else {
         return Ok(args);
     };
-    let options = options_from_file(&path, known)?;
+    let options = options_from_file(&path, serve)?;
     args.splice(2..2, options);
     Ok(args)
 }
@@ -81,11 +88,21 @@ fn config_path(args: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
 }
 
 /// The command-line options a config file stands for.
-pub fn options_from_file(path: &Path, known: &[String]) -> Result<Vec<OsString>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+pub fn options_from_file(path: &Path, serve: &clap::Command) -> Result<Vec<OsString>, ConfigError> {
+    let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // Bounded, so that a device or a huge file cannot exhaust memory.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text))
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::Parse {
@@ -96,18 +113,42 @@ pub fn options_from_file(path: &Path, known: &[String]) -> Result<Vec<OsString>,
     for (key, value) in &table {
         let flag = key.replace('_', "-");
         let line = line_of(&text, key);
-        if flag == "config" || !known.contains(&flag) {
+        let arg = serve
+            .get_arguments()
+            .find(|a| a.get_long() == Some(flag.as_str()))
+            .filter(|_| flag != "config");
+        let Some(arg) = arg else {
             return Err(ConfigError::UnknownKey {
                 path: path.to_path_buf(),
                 line,
                 key: key.clone(),
             });
-        }
-        let bad = |why| ConfigError::BadValue {
+        };
+        let bad = |why: String| ConfigError::BadValue {
             path: path.to_path_buf(),
             line,
             key: key.clone(),
             why,
+        };
+        // Checked here with the flag's own parser, so that the error names
+        // this file and line rather than only the flag.
+        let switch = !arg.get_action().takes_values();
+        let check = |text: String| -> Result<OsString, ConfigError> {
+            if switch {
+                return Err(bad("an on/off option: write true or false".into()));
+            }
+            let option: OsString = format!("--{flag}={text}").into();
+            // Parsed alone, so only what other options must add may be missing.
+            let parsed = serve
+                .clone()
+                .no_binary_name(true)
+                .try_get_matches_from([option.clone()]);
+            match parsed {
+                Err(e) if e.kind() != clap::error::ErrorKind::MissingRequiredArgument => {
+                    Err(bad(clap_reason(&e)))
+                }
+                _ => Ok(option),
+            }
         };
         let values = match value {
             toml::Value::Array(items) => items.iter().collect(),
@@ -115,18 +156,28 @@ pub fn options_from_file(path: &Path, known: &[String]) -> Result<Vec<OsString>,
         };
         for value in values {
             match value {
+                toml::Value::Boolean(_) if !switch => {
+                    return Err(bad("needs a value, not true or false".into()))
+                }
                 toml::Value::Boolean(true) => options.push(format!("--{flag}").into()),
                 toml::Value::Boolean(false) => {}
-                toml::Value::String(s) => options.push(format!("--{flag}={s}").into()),
-                toml::Value::Integer(n) => options.push(format!("--{flag}={n}").into()),
-                toml::Value::Float(x) => options.push(format!("--{flag}={x}").into()),
-                toml::Value::Array(_) => return Err(bad("nested arrays are not options")),
-                toml::Value::Table(_) => return Err(bad("tables are not options")),
-                toml::Value::Datetime(_) => return Err(bad("dates are not options")),
+                toml::Value::String(s) => options.push(check(s.clone())?),
+                toml::Value::Integer(n) => options.push(check(n.to_string())?),
+                toml::Value::Float(x) => options.push(check(x.to_string())?),
+                toml::Value::Array(_) => return Err(bad("nested arrays are not options".into())),
+                toml::Value::Table(_) => return Err(bad("tables are not options".into())),
+                toml::Value::Datetime(_) => return Err(bad("dates are not options".into())),
             }
         }
     }
     Ok(options)
+}
+
+/// The reason of a value parser's error, without clap's decoration.
+fn clap_reason(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
 /// The line where `key` is set, for error messages.
@@ -144,17 +195,20 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn known() -> Vec<String> {
-        [
-            "backend",
-            "model",
-            "max-batch-size",
-            "no-quic",
-            "listen",
-            "config",
-        ]
-        .map(String::from)
-        .to_vec()
+    fn known() -> clap::Command {
+        use clap::{value_parser, Arg, ArgAction};
+        clap::Command::new("serve").args([
+            Arg::new("backend").long("backend"),
+            Arg::new("model").long("model"),
+            Arg::new("max-batch-size")
+                .long("max-batch-size")
+                .value_parser(value_parser!(u32).range(1..=65536)),
+            Arg::new("no-quic")
+                .long("no-quic")
+                .action(ArgAction::SetTrue),
+            Arg::new("listen").long("listen"),
+            Arg::new("config").long("config"),
+        ])
     }
 
     fn write(text: &str) -> (tempdir::Dir, PathBuf) {
@@ -266,5 +320,39 @@ mod tests {
             options_from_file(&path, &known()),
             Err(ConfigError::UnknownKey { .. })
         ));
+    }
+
+    #[test]
+    fn values_are_checked_by_their_flag_naming_file_and_line() {
+        let (_dir, path) = write("backend = \"x\"\nmax_batch_size = 1000000000\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(
+            err.contains("node.toml:2: key `max_batch_size`: invalid value '1000000000'"),
+            "{err}"
+        );
+        let (_dir, path) = write("max_batch_size = \"eight\"\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(err.contains("node.toml:1: key `max_batch_size`"), "{err}");
+        let (_dir, path) = write("no_quic = 1\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(
+            err.contains("node.toml:1: key `no_quic`: an on/off"),
+            "{err}"
+        );
+        let (_dir, path) = write("model = true\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(
+            err.contains("node.toml:1: key `model`: needs a value"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn reading_is_bounded() {
+        let err = options_from_file(Path::new("/dev/zero"), &known()).unwrap_err();
+        assert!(matches!(err, ConfigError::TooLarge { .. }), "{err}");
+        let (_dir, path) = write(&"# padding\n".repeat(MAX_CONFIG_BYTES as usize / 10 + 1));
+        let err = options_from_file(&path, &known()).unwrap_err();
+        assert!(matches!(err, ConfigError::TooLarge { .. }), "{err}");
     }
 }

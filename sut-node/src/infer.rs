@@ -16,17 +16,17 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use proto::{to_node, Codec, FirstToken, FromNode, SampleAnswer, SampleError, ToNode};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Status, Streaming};
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::codec;
@@ -74,6 +74,8 @@ pub(crate) struct Job {
     id: u64,
     input: Bytes,
     reply: Arc<Reply>,
+    /// Its share of the node's decoded-bytes budget, freed with the job.
+    _budget: Option<OwnedSemaphorePermit>,
 }
 
 /// The way back to one Infer stream.
@@ -82,6 +84,12 @@ struct Reply {
     outbox: Mutex<Outbox>,
     /// Wakes the stream's writer when the outbox changes.
     wake: Notify,
+    /// Answer bytes produced and not yet handed to the transport.
+    waiting: AtomicUsize,
+    /// Wakes the reader when `waiting` shrinks or the writer has ended.
+    drained: Notify,
+    /// The writer has ended: nobody will take answers any more.
+    writer_gone: AtomicBool,
 }
 
 /// What one stream's writer has to send, and what it still waits for.
@@ -96,6 +104,9 @@ struct Outbox {
     pending: usize,
     /// The reader has stopped: no more samples will come.
     input_done: bool,
+    /// Why the input ended, if not cleanly: the stream then ends with this
+    /// error once the samples already received are answered.
+    input_error: Option<String>,
 }
 
 impl Reply {
@@ -103,18 +114,49 @@ impl Reply {
         self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Counts bytes put in the outbox (call with its lock's result).
+    fn produced(&self, bytes: usize) {
+        self.waiting.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts bytes handed to the transport and wakes the reader.
+    fn sent(&self, bytes: usize) {
+        self.waiting.fetch_sub(bytes, Ordering::Relaxed);
+        self.drained.notify_one();
+    }
+
+    /// Waits while more than `limit` answer bytes wait for the stream's
+    /// reader. False once the writer has ended.
+    async fn room(&self, limit: usize) -> bool {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.writer_gone.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.waiting.load(Ordering::Relaxed) <= limit {
+                return true;
+            }
+            drained.await;
+        }
+    }
+
     /// For samples that never reach the batcher.
     fn send_error(&self, id: u64, message: String) {
-        self.lock().push_error(id, message);
+        let added = self.lock().push_error(id, message);
+        self.produced(added);
         self.wake.notify_one();
     }
 }
 
 impl Outbox {
-    fn push_output(&mut self, id: u64, output: Output) {
+    /// Returns the bytes added, as all `push_*` do.
+    fn push_output(&mut self, id: u64, output: Output) -> usize {
         match output {
             Ok(answer) => {
-                self.bytes += answer.payload.len() + ITEM_OVERHEAD;
+                let added = answer.payload.len() + ITEM_OVERHEAD;
+                self.bytes += added;
                 self.answers.push(SampleAnswer {
                     id,
                     payload: answer.payload,
@@ -122,23 +164,28 @@ impl Outbox {
                     codec: Codec::None as i32,
                     n_tokens: answer.n_tokens,
                 });
+                added
             }
             Err(message) => self.push_error(id, message),
         }
     }
 
-    fn push_error(&mut self, id: u64, message: String) {
-        self.bytes += message.len() + ITEM_OVERHEAD;
+    fn push_error(&mut self, id: u64, message: String) -> usize {
+        let added = message.len() + ITEM_OVERHEAD;
+        self.bytes += added;
         self.errors.push(SampleError { id, message });
+        added
     }
 
-    fn push_first_token(&mut self, id: u64, payload: Bytes) {
-        self.bytes += payload.len() + ITEM_OVERHEAD;
+    fn push_first_token(&mut self, id: u64, payload: Bytes) -> usize {
+        let added = payload.len() + ITEM_OVERHEAD;
+        self.bytes += added;
         self.first_tokens.push(FirstToken {
             id,
             payload,
             codec: Codec::None as i32,
         });
+        added
     }
 
     /// Moves everything waiting into messages: one, unless it is too big.
@@ -219,7 +266,19 @@ where
     let max_input = node.config.codecs.max_input_bytes;
     let mut chunk: Vec<Job> = Vec::new();
     let mut warned_empty = false;
+    let mut input_error = None;
+    let waiting_limit = node.config.limits.max_waiting_answer_bytes;
     'read: loop {
+        // A reader that does not take its answers gets no more samples
+        // taken from it: its input waits in the transport's flow control.
+        let room = tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            r = reply.room(waiting_limit) => r,
+        };
+        if !room {
+            break;
+        }
         let mut next = tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
@@ -230,12 +289,37 @@ where
             match next {
                 Ok(Some(ToNode {
                     kind: Some(to_node::Kind::Sample(sample)),
-                })) => match codec::decode_input(sample.codec, sample.payload, max_input) {
-                    Ok(input) => chunk.push(Job {
-                        id: sample.id,
-                        input,
-                        reply: Arc::clone(&reply),
-                    }),
+                })) => match decode(&node, sample.codec, sample.payload, max_input).await {
+                    Ok(input) => {
+                        // The decoded bytes count against the node's budget
+                        // until the sample has run; if it is spent, what this
+                        // reader holds goes to the batcher first.
+                        let units = budget_units(input.len(), &node);
+                        let budget = match Arc::clone(&node.decoded).try_acquire_many_owned(units) {
+                            Ok(p) => p,
+                            Err(_) => {
+                                if !submit(&mut chunk, &reply, &node, &mut stop).await {
+                                    break 'read;
+                                }
+                                let wait = Arc::clone(&node.decoded).acquire_many_owned(units);
+                                let permit = tokio::select! {
+                                    biased;
+                                    _ = stopped(&mut stop) => break 'read,
+                                    p = wait => p,
+                                };
+                                match permit {
+                                    Ok(p) => p,
+                                    Err(_) => break 'read,
+                                }
+                            }
+                        };
+                        chunk.push(Job {
+                            id: sample.id,
+                            input,
+                            reply: Arc::clone(&reply),
+                            _budget: Some(budget),
+                        })
+                    }
                     Err(message) => reply.send_error(sample.id, message),
                 },
                 Ok(Some(ToNode { kind: None })) => {
@@ -245,8 +329,9 @@ where
                     }
                 }
                 Ok(None) => ended = true,
-                Err(status) => {
-                    debug!("infer stream input ended: {status}");
+                Err(e) => {
+                    warn!("infer stream input ended by an error: {e}");
+                    input_error = Some(e.to_string());
                     ended = true;
                 }
             }
@@ -259,29 +344,88 @@ where
             }
         }
 
-        if !chunk.is_empty() {
-            let n = chunk.len();
-            reply.lock().pending += n;
-            node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
-            tokio::select! {
-                _ = node.batcher.submit(&mut chunk) => {}
-                _ = stopped(&mut stop) => {}
-            }
-            // Whatever did not get queued (shutdown) will not be answered.
-            let left = chunk.len();
-            if left > 0 {
-                chunk.clear();
-                reply.lock().pending -= left;
-                node.outstanding.fetch_sub(left as u64, Ordering::Relaxed);
-                break 'read;
-            }
+        if !submit(&mut chunk, &reply, &node, &mut stop).await {
+            break 'read;
         }
         if ended {
             break;
         }
     }
-    reply.lock().input_done = true;
+    {
+        let mut outbox = reply.lock();
+        outbox.input_done = true;
+        outbox.input_error = input_error;
+    }
     reply.wake.notify_one();
+}
+
+/// Hands `chunk` to the batcher; false when the node stops first (what did
+/// not get queued will not be answered).
+async fn submit(
+    chunk: &mut Vec<Job>,
+    reply: &Reply,
+    node: &Node,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    if chunk.is_empty() {
+        return true;
+    }
+    let n = chunk.len();
+    reply.lock().pending += n;
+    node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
+    tokio::select! {
+        _ = node.batcher.submit(chunk) => {}
+        _ = stopped(stop) => {}
+    }
+    let left = chunk.len();
+    if left > 0 {
+        chunk.clear();
+        reply.lock().pending -= left;
+        node.outstanding.fetch_sub(left as u64, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
+/// A sample's input: raw payloads as they are; compressed ones decoded on
+/// the blocking pool, a bounded number at a time, so that decoding never
+/// holds up the network threads.
+async fn decode(
+    node: &Node,
+    codec: i32,
+    payload: Bytes,
+    max_input: usize,
+) -> Result<Bytes, String> {
+    if codec == Codec::None as i32 {
+        return codec::decode_input(codec, payload, max_input);
+    }
+    let _turn = Arc::clone(&node.decoding)
+        .acquire_owned()
+        .await
+        .map_err(|_| "the node is stopping".to_string())?;
+    tokio::task::spawn_blocking(move || codec::decode_input(codec, payload, max_input))
+        .await
+        .unwrap_or_else(|e| Err(format!("decoding failed: {e}")))
+}
+
+/// Bytes are counted against the decoded-bytes budget in KiB.
+const BUDGET_UNIT: usize = 1024;
+
+/// The budget units `len` decoded bytes take (at most the whole budget, so
+/// that any input the limits accept can run).
+fn budget_units(len: usize, node: &Node) -> u32 {
+    let total = node
+        .config
+        .limits
+        .max_decoded_bytes
+        .div_ceil(BUDGET_UNIT)
+        .max(1);
+    len.div_ceil(BUDGET_UNIT).clamp(1, total) as u32
+}
+
+/// The number of units of the whole budget, for the node's semaphore.
+pub(crate) fn budget_total(max_decoded_bytes: usize) -> usize {
+    max_decoded_bytes.div_ceil(BUDGET_UNIT).max(1)
 }
 
 /// The stream's next message if it is already here, without waiting.
@@ -307,6 +451,17 @@ async fn write_answers(
     tx: mpsc::Sender<Result<FromNode, Status>>,
     node: Arc<Node>,
 ) {
+    send_answers(stream, &reply, tx, node).await;
+    reply.writer_gone.store(true, Ordering::Release);
+    reply.drained.notify_one();
+}
+
+async fn send_answers(
+    stream: u64,
+    reply: &Reply,
+    tx: mpsc::Sender<Result<FromNode, Status>>,
+    node: Arc<Node>,
+) {
     let heartbeat = node.config.heartbeat;
     let output = node.config.codecs.output.codec();
     let mut stop = node.stop.clone();
@@ -315,21 +470,37 @@ async fn write_answers(
     let mut cut_at: Option<Instant> = None;
     let mut answered = 0u64;
     loop {
-        let (done, pending) = {
+        let (done, pending, input_error) = {
             let mut outbox = reply.lock();
             outbox.take_into(&mut messages);
-            (outbox.input_done && outbox.pending == 0, outbox.pending)
+            let done = outbox.input_done && outbox.pending == 0;
+            let error = done.then(|| outbox.input_error.take()).flatten();
+            (done, outbox.pending, error)
         };
         while let Some(mut message) = messages.pop_front() {
+            let bytes = payload_bytes(&message);
             codec::encode_output(output.as_ref(), &mut message);
             answered += message.answers.len() as u64;
             if tx.send(Ok(message)).await.is_err() {
                 info!(stream, answered, "infer stream closed by the client");
                 return;
             }
+            reply.sent(bytes);
             last_sent = Instant::now();
         }
         let stopping = *stop.borrow();
+        if let Some(e) = input_error {
+            let status = Status::invalid_argument(format!(
+                "sut-node {}: malformed message on the Infer stream: {e}",
+                node.config.name
+            ));
+            let _ = tx.send(Err(status)).await;
+            info!(
+                stream,
+                answered, "infer stream ended by a malformed message"
+            );
+            return;
+        }
         if done || cut_at.is_some_and(|at| Instant::now() >= at) {
             if stopping {
                 let status = Status::unavailable(format!(
@@ -361,6 +532,14 @@ async fn write_answers(
             _ = tokio::time::sleep_until(cut_at.unwrap_or(last_sent)), if cut_at.is_some() => {}
         }
     }
+}
+
+/// The bytes a message's items were counted with when they were produced.
+fn payload_bytes(m: &FromNode) -> usize {
+    let t: usize = m.first_tokens.iter().map(|t| t.payload.len()).sum();
+    let a: usize = m.answers.iter().map(|a| a.payload.len()).sum();
+    let e: usize = m.errors.iter().map(|e| e.message.len()).sum();
+    t + a + e + ITEM_OVERHEAD * (m.first_tokens.len() + m.answers.len() + m.errors.len())
 }
 
 /// The batcher's worker: runs a batch through the backend and delivers each
@@ -415,15 +594,17 @@ fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Ou
     while i < jobs.len() {
         let reply = &jobs[i].reply;
         let mut outbox = reply.lock();
+        let mut added = 0;
         while i < jobs.len() && Arc::ptr_eq(&jobs[i].reply, reply) {
             let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
             if !answered[i] {
-                outbox.push_output(jobs[i].id, output);
+                added += outbox.push_output(jobs[i].id, output);
                 outbox.pending = outbox.pending.saturating_sub(1);
             }
             i += 1;
         }
         drop(outbox);
+        reply.produced(added);
         reply.wake.notify_one();
     }
 }
@@ -440,7 +621,8 @@ struct Sink<'a> {
 impl SampleSink for Sink<'_> {
     fn first_token(&mut self, index: usize, payload: Bytes) {
         if let Some(job) = self.jobs.get(index) {
-            job.reply.lock().push_first_token(job.id, payload);
+            let added = job.reply.lock().push_first_token(job.id, payload);
+            job.reply.produced(added);
             job.reply.wake.notify_one();
         }
     }
@@ -455,8 +637,10 @@ impl SampleSink for Sink<'_> {
         }
         {
             let mut outbox = job.reply.lock();
-            outbox.push_output(job.id, output.clone());
+            let added = outbox.push_output(job.id, output.clone());
             outbox.pending = outbox.pending.saturating_sub(1);
+            drop(outbox);
+            job.reply.produced(added);
         }
         job.reply.wake.notify_one();
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
@@ -570,6 +754,7 @@ mod tests {
             id,
             input: Bytes::from_static(b"x"),
             reply: Arc::clone(&reply),
+            _budget: None,
         };
         run(&mut vec![job(10), job(11)], false);
         let outbox = reply.lock();

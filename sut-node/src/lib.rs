@@ -13,6 +13,18 @@ pub mod codec;
 pub mod config_file;
 pub mod describe;
 mod infer;
+pub mod limits;
+mod listen;
 pub mod quic;
 pub mod server;
 pub mod tls;
+
+/// The longest timeout an option may ask for: a year. Longer ones would
+/// overflow the clocks' arithmetic.
+pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A timeout given in seconds: `None` unless finite, positive and at most
+/// [`MAX_TIMEOUT_SECS`].
+pub fn timeout_secs(secs: f64) -> Option<std::time::Duration> {
+    (secs > 0.0 && secs <= MAX_TIMEOUT_SECS).then(|| std::time::Duration::from_secs_f64(secs))
+}

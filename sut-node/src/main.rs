@@ -16,8 +16,9 @@ use sut_node::backend::openai::{Openai, OpenaiArgs};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
-use sut_node::codec::{NodeCodecs, DEFAULT_MAX_INPUT_BYTES};
+use sut_node::codec::{self as codec, NodeCodecs};
 use sut_node::config_file;
+use sut_node::limits::{Limits, MESSAGE_OVERHEAD};
 use sut_node::server::{self, NodeConfig};
 use sut_node::tls::NodeTls;
 use tracing_subscriber::EnvFilter;
@@ -78,10 +79,10 @@ struct ServeArgs {
     #[command(flatten)]
     net: NetArgs,
 
-    /// Threads of the node's network runtime [default: one per core]. The
-    /// backend runs on a thread of its own besides these.
+    /// Threads of the node's network runtime, 1 to 1024 [default: one per
+    /// core]. The backend runs on a thread of its own besides these.
     #[arg(long, value_name = "N",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: Option<usize>,
 
     /// The node's name in the LoadGen node's logs [default: this machine's
@@ -116,10 +117,10 @@ struct ServeArgs {
     #[arg(long, value_name = "NAME", help_heading = "Forwarders")]
     model_name: Option<String>,
 
-    /// Dynamic batching: the most samples run together in one batch. 1: no
-    /// batching.
+    /// Dynamic batching: the most samples run together in one batch, 1 to
+    /// 65536. 1: no batching.
     #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_batch_size: u32,
 
     /// Dynamic batching: how long a sample may wait for its batch to fill, in
@@ -141,10 +142,15 @@ struct ServeArgs {
 
     /// Largest input accepted, raw or once decoded, in bytes: a compressed
     /// input declaring or producing more is refused (a SampleError) without
-    /// being decoded.
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_INPUT_BYTES,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    max_input_bytes: usize,
+    /// being decoded; a gRPC message or QUIC frame larger by more than 64 KiB
+    /// ends its stream [default: four times --benchmark's input size, at
+    /// least 1 MiB; 64 MiB without a known --benchmark].
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
+    max_input_bytes: Option<usize>,
+
+    #[command(flatten)]
+    limits: LimitArgs,
 
     /// Time the emulated accelerator takes per batch, in microseconds:
     /// `fixed:US` (every batch), `exp:MEAN_US` (exponentially distributed,
@@ -157,11 +163,13 @@ struct ServeArgs {
     )]
     service_time: ServiceTime,
 
-    /// Bytes in each answer.
+    /// Bytes in each answer, at most 1 GiB (the largest message a node
+    /// sends).
     #[arg(
         long,
         value_name = "BYTES",
         default_value_t = 4,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 30),
         help_heading = "Synthetic backend"
     )]
     output_size: usize,
@@ -199,6 +207,75 @@ struct ServeArgs {
     onnx: OnnxArgs,
 }
 
+/// What clients may make the node hold; see docs/operator-guide.md.
+#[derive(Args, Debug)]
+struct LimitArgs {
+    /// Answer bytes waiting for one stream's reader before the node stops
+    /// taking samples from that stream.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_waiting_answer_bytes,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 32),
+          help_heading = "Limits")]
+    max_waiting_answer_bytes: usize,
+
+    /// Input bytes (as decoded) of the samples received and not yet run, all
+    /// streams together; past it the node stops reading samples.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_decoded_bytes,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 40),
+          help_heading = "Limits")]
+    max_decoded_bytes: usize,
+
+    /// Connections served at once, all clients together (gRPC and QUIC
+    /// each); more are closed at once.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536),
+          help_heading = "Limits")]
+    max_connections: usize,
+
+    /// Connections served at once from one IP address.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections_per_peer,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536),
+          help_heading = "Limits")]
+    max_connections_per_peer: usize,
+
+    /// Streams open at once on one connection.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_streams_per_connection,
+          value_parser = clap::value_parser!(u32).range(2..=1024),
+          help_heading = "Limits")]
+    max_streams_per_connection: u32,
+
+    /// Seconds a new connection has to finish its TLS handshake or send its
+    /// first bytes.
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().handshake_timeout.as_secs_f64(),
+          help_heading = "Limits")]
+    handshake_timeout: f64,
+
+    /// Seconds after which a connection that carried nothing either way is
+    /// closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().idle_timeout.as_secs_f64(),
+          help_heading = "Limits")]
+    idle_timeout: f64,
+}
+
+impl LimitArgs {
+    fn limits(&self, max_input_bytes: usize) -> Result<Limits> {
+        let secs = |flag: &str, v: f64| {
+            sut_node::timeout_secs(v).with_context(|| {
+                format!("{flag} {v}: must be a number of seconds, more than 0 and at most a year")
+            })
+        };
+        Ok(Limits {
+            max_message_bytes: max_input_bytes + MESSAGE_OVERHEAD,
+            max_waiting_answer_bytes: self.max_waiting_answer_bytes,
+            max_decoded_bytes: self.max_decoded_bytes,
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            max_streams_per_connection: self.max_streams_per_connection,
+            handshake_timeout: secs("--handshake-timeout", self.handshake_timeout)?,
+            idle_timeout: secs("--idle-timeout", self.idle_timeout)?,
+        })
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum BackendKind {
     /// Emulated accelerator; see the synthetic backend options.
@@ -218,7 +295,7 @@ enum BackendKind {
 }
 
 fn main() {
-    let cli = match config_file::args_with_config(std::env::args_os(), &serve_flags()) {
+    let cli = match config_file::args_with_config(std::env::args_os(), &serve_command()) {
         Ok(args) => Cli::parse_from(args),
         Err(e) => {
             eprintln!("sut-node: error: {e:#}");
@@ -262,24 +339,26 @@ async fn run(cli: Cli) {
     }
 }
 
-/// The long flags of `serve`, for checking the keys of a --config file.
-fn serve_flags() -> Vec<String> {
+/// The `serve` command, whose flags check the keys and values of a --config
+/// file.
+fn serve_command() -> clap::Command {
     use clap::CommandFactory;
-    let cli = Cli::command();
+    let mut cli = Cli::command();
+    cli.build();
     cli.find_subcommand("serve")
-        .map(|serve| {
-            serve
-                .get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+        .cloned()
+        .unwrap_or_else(|| clap::Command::new("serve"))
 }
 
 async fn health(args: HealthArgs) -> Result<()> {
     use proto::sut_node_client::SutNodeClient;
     let url = format!("http://{}", args.addr);
-    let limit = Duration::from_secs_f64(args.timeout.max(0.001));
+    let limit = sut_node::timeout_secs(args.timeout).with_context(|| {
+        format!(
+            "--timeout {}: must be a number of seconds, more than 0 and at most a year (31536000)",
+            args.timeout
+        )
+    })?;
     let ask = async {
         let mut client = SutNodeClient::connect(url).await?;
         let reply = client.health(proto::HealthRequest {}).await?.into_inner();
@@ -339,6 +418,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
             max_batch_size: args.max_batch_size as usize,
         })?),
     };
+    let max_input_bytes = args
+        .max_input_bytes
+        .unwrap_or_else(|| codec::default_max_input_bytes(&args.benchmark));
+    let limits = args.limits.limits(max_input_bytes)?;
     let config = NodeConfig {
         name: name.clone(),
         model: Some(args.benchmark).filter(|m| !m.is_empty()),
@@ -350,8 +433,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
         shutdown_grace: SHUTDOWN_GRACE,
         codecs: NodeCodecs {
             output: args.output_codec,
-            max_input_bytes: args.max_input_bytes,
+            max_input_bytes,
         },
+        limits,
     };
 
     // Installed before the ready line, so a signal right after it is caught.
@@ -369,7 +453,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_batch_size = args.max_batch_size,
         max_batch_wait_us = args.max_batch_wait_us,
         output_codec = %args.output_codec,
-        max_input_bytes = args.max_input_bytes,
+        max_input_bytes,
+        max_connections = limits.max_connections,
         "serving"
     );
     let mut ready_line = format!(

@@ -30,6 +30,7 @@ use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
 use crate::infer;
+use crate::listen::{Slot, Slots, Throttled};
 use crate::server::{stopped, Node, ServeError, Service};
 
 /// How long a stream may take to say what it is, and a control stream to
@@ -112,6 +113,8 @@ pub fn endpoint_config() -> quinn::EndpointConfig {
 pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<(), ServeError> {
     let mut stop = node.stop.clone();
     let mut connections = JoinSet::new();
+    let slots = Slots::new(node.config.limits);
+    let mut refused = Throttled::default();
     loop {
         let incoming = tokio::select! {
             _ = stopped(&mut stop) => break,
@@ -120,7 +123,16 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         let Some(incoming) = incoming else { break };
-        connections.spawn(connection(incoming, Arc::clone(&node)));
+        let peer = incoming.remote_address();
+        match slots.take(peer.ip()) {
+            Ok(slot) => {
+                connections.spawn(connection(incoming, Arc::clone(&node), slot));
+            }
+            Err(why) => {
+                refused.warn(&format!("QUIC connection from {peer} refused: {why}"));
+                incoming.refuse();
+            }
+        }
     }
     endpoint.set_server_config(None);
     while connections.join_next().await.is_some() {}
@@ -129,13 +141,19 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<
     Ok(())
 }
 
-async fn connection(incoming: quinn::Incoming, node: Arc<Node>) {
+/// Serves one connection; `_slot` holds its place in the limits.
+async fn connection(incoming: quinn::Incoming, node: Arc<Node>, _slot: Slot) {
     let peer = incoming.remote_address();
-    let conn = match incoming.await {
-        Ok(c) => c,
-        Err(e) => {
+    let handshake = node.config.limits.handshake_timeout;
+    let conn = match tokio::time::timeout(handshake, incoming).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             // An unknown client (mutual TLS) ends here.
             warn!(%peer, "QUIC connection refused: {e}");
+            return;
+        }
+        Err(_) => {
+            warn!(%peer, "QUIC connection closed: no handshake within {handshake:?}");
             return;
         }
     };
@@ -323,9 +341,9 @@ async fn finish(send: &mut SendStream, last: Bytes) {
 }
 
 async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, peer: SocketAddr) {
-    if let Some(refusal) = node.infer_refusal() {
+    if let Some(refusal) = node.infer_refusal(Some(peer)) {
         let mut out = BytesMut::new();
-        encode_error(&refusal, &mut out);
+        encode_error(refusal.message(), &mut out);
         return finish(&mut send, out.freeze()).await;
     }
     let mut w = FrameWriter::new();
@@ -341,7 +359,7 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     }
     let input = QuicSamples {
         recv,
-        decoder: FrameDecoder::new(MAX_DATA_FRAME),
+        decoder: FrameDecoder::new(node.config.limits.max_message_bytes.min(MAX_DATA_FRAME)),
         done: false,
     };
     let mut answers = infer::open_with(stream, input, node).into_inner();

@@ -1,11 +1,12 @@
 //! The `SutNode` gRPC service: the node's lifecycle (warm-up, readiness,
 //! shutdown) and its RPCs. The `Infer` data path is in `infer.rs`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use proto::sut_node_server::{SutNode, SutNodeServer};
@@ -15,10 +16,9 @@ use proto::{
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
@@ -27,12 +27,14 @@ use crate::backend::{Backend, BackendError};
 use crate::batcher::{BatchPolicy, Batcher};
 use crate::codec;
 use crate::infer::{self, batch_runner, Job};
+use crate::limits::Limits;
+use crate::listen;
 
 /// The scenarios a session may name (LoadGen's spelling).
 pub const SCENARIOS: [&str; 4] = ["SingleStream", "MultiStream", "Server", "Offline"];
 
-/// Largest message the node accepts or sends: inputs of some benchmarks
-/// (3D-UNet volumes) are far above gRPC's 4 MiB default.
+/// Largest message the node sends (answers of some benchmarks are far above
+/// gRPC's 4 MiB default); what it accepts is `Limits::max_message_bytes`.
 const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// HTTP/2 windows: the connection's is larger than a stream's, so a stream
 /// held back by a full batcher queue never blocks Health or a new stream on
@@ -53,6 +55,8 @@ pub struct NodeConfig {
     pub shutdown_grace: Duration,
     /// The output codec and the bound on decoded inputs.
     pub codecs: codec::NodeCodecs,
+    /// What clients may make the node hold.
+    pub limits: Limits,
 }
 
 #[derive(Debug, Error)]
@@ -120,6 +124,7 @@ pub async fn serve_on(
         batch_runner(Arc::clone(&backend), Arc::clone(&outstanding)),
     )?;
     let grace = config.shutdown_grace;
+    let config_limits = config.limits;
     let node = Arc::new(Node {
         backend_name: backend.name().to_string(),
         config,
@@ -128,22 +133,32 @@ pub async fn serve_on(
         batcher,
         stop: stop_rx.clone(),
         streams: AtomicU64::new(0),
+        refused: Mutex::new(HashMap::new()),
+        decoded: Arc::new(Semaphore::new(infer::budget_total(
+            config_limits.max_decoded_bytes,
+        ))),
+        decoding: Arc::new(Semaphore::new(
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )),
     });
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
     if let Some(listener) = endpoints.grpc {
+        let limits = node.config.limits;
         let service = SutNodeServer::new(Service(Arc::clone(&node)))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let router = Server::builder()
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_concurrent_streams(limits.max_streams_per_connection)
             .add_service(service);
         let mut stop = stop_rx.clone();
         let stopping = async move { stopped(&mut stop).await };
         match endpoints.grpc_tls {
             None => {
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let incoming =
+                    listen::incoming(listener, limits, stop_rx.clone(), |tcp| async { Ok(tcp) });
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -151,7 +166,10 @@ pub async fn serve_on(
                 });
             }
             Some(tls) => {
-                let incoming = crate::tls::incoming(listener, tls, stop_rx.clone());
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+                let incoming = listen::incoming(listener, limits, stop_rx.clone(), move |tcp| {
+                    acceptor.accept(tcp)
+                });
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -245,17 +263,48 @@ pub(crate) struct Node {
     pub(crate) stop: watch::Receiver<bool>,
     /// Numbers the Infer streams in the logs.
     pub(crate) streams: AtomicU64,
+    /// The decoded-bytes budget of the samples received and not yet run
+    /// (`Limits::max_decoded_bytes`, in KiB).
+    pub(crate) decoded: Arc<Semaphore>,
+    /// Turns to decode compressed inputs, one per core.
+    pub(crate) decoding: Arc<Semaphore>,
+    /// Connections (by peer address) whose last session was refused, with
+    /// the reason: their Infer streams are refused too.
+    refused: Mutex<HashMap<SocketAddr, String>>,
 }
 
+/// Most connections whose refused session is remembered; past it the oldest
+/// knowledge is dropped, so a client cannot grow the table without bound.
+const MAX_REFUSED_PEERS: usize = 4096;
+
 impl Node {
-    /// Why an Infer stream cannot open now, if it cannot.
-    pub(crate) fn infer_refusal(&self) -> Option<String> {
-        (!self.ready.load(Ordering::Acquire)).then(|| {
-            format!(
+    /// Why an Infer stream from `peer` cannot open now, if it cannot.
+    pub(crate) fn infer_refusal(&self, peer: Option<SocketAddr>) -> Option<Status> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Some(Status::unavailable(format!(
                 "sut-node {} is not ready: its backend is still loading",
                 self.config.name
-            )
-        })
+            )));
+        }
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let reason = refused.get(&peer?)?;
+        Some(Status::failed_precondition(format!(
+            "this connection's session was refused ({reason}); start an accepted session first"
+        )))
+    }
+
+    /// Remembers whether `peer`'s latest session was refused.
+    fn session_outcome(&self, peer: Option<SocketAddr>, refusal: &str) {
+        let Some(peer) = peer else { return };
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        if refusal.is_empty() {
+            refused.remove(&peer);
+            return;
+        }
+        if refused.len() >= MAX_REFUSED_PEERS {
+            refused.clear();
+        }
+        refused.insert(peer, refusal.to_string());
     }
 }
 
@@ -314,9 +363,11 @@ impl SutNode for Service {
         request: Request<SessionRequest>,
     ) -> Result<Response<SessionReply>, Status> {
         let node = &self.0;
+        let remote = request.remote_addr();
         let peer = peer(&request);
         let request = request.into_inner();
         let refusal = refusal(&node.config, &request).unwrap_or_default();
+        node.session_outcome(remote, &refusal);
         let ready = node.ready.load(Ordering::Acquire);
         if refusal.is_empty() {
             info!(
@@ -377,8 +428,8 @@ impl SutNode for Service {
         request: Request<Streaming<ToNode>>,
     ) -> Result<Response<Self::InferStream>, Status> {
         let node = &self.0;
-        if let Some(refusal) = node.infer_refusal() {
-            return Err(Status::unavailable(refusal));
+        if let Some(refusal) = node.infer_refusal(request.remote_addr()) {
+            return Err(refusal);
         }
         let stream = node.streams.fetch_add(1, Ordering::Relaxed) + 1;
         info!(stream, peer = %peer(&request), "infer stream opened");
@@ -409,6 +460,7 @@ mod tests {
             heartbeat: None,
             shutdown_grace: Duration::ZERO,
             codecs: codec::NodeCodecs::default(),
+            limits: Limits::default(),
         }
     }
 

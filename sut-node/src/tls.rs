@@ -1,24 +1,12 @@
 //! The node's TLS: its certificate (from PEM files, or self-signed at start
 //! for development), the client CA of mutual TLS, the rustls configuration
-//! of each transport, and the TLS acceptor in front of the gRPC server.
+//! of each transport (the gRPC server's acceptor runs in `listen.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::time::Duration;
 
 use proto::tls::rustls::pki_types::CertificateDer;
 use proto::tls::{self, Fingerprint, Identity, TlsError};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
-use tracing::{debug, warn};
-
-use crate::server::stopped;
-
-/// A client that has not finished its handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The node's certificate and, with mutual TLS, the CA of its clients.
 #[derive(Debug)]
@@ -84,50 +72,6 @@ fn subject_names(names: &[String], addrs: &[SocketAddr]) -> Vec<String> {
     out.sort();
     out.dedup();
     out
-}
-
-/// The TLS connections of `listener`, handshakes done, for the gRPC server.
-/// Each handshake runs on its own (a slow client holds up no other); a
-/// client that fails it (e.g. no certificate signed by the client CA, with
-/// mutual TLS) is refused and logged.
-pub(crate) fn incoming(
-    listener: TcpListener,
-    config: rustls::ServerConfig,
-    stop: watch::Receiver<bool>,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
-    let acceptor = TlsAcceptor::from(std::sync::Arc::new(config));
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
-        let mut stop = stop;
-        loop {
-            let accepted = tokio::select! {
-                _ = stopped(&mut stop) => return,
-                a = listener.accept() => a,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: retry shortly.
-                    warn!("accepting a gRPC connection failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        debug!(%peer, "TLS connection");
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => warn!(%peer, "TLS connection refused: {e}"),
-                    Err(_) => warn!(%peer, "TLS handshake not done within {HANDSHAKE_TIMEOUT:?}"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ async fn node(
         heartbeat: None,
         shutdown_grace: Duration::from_secs(5),
         codecs,
+        limits: sut_node::limits::Limits::default(),
     };
     let backend = Arc::new(Synthetic::new(SyntheticConfig {
         service_time: "fixed:0".parse::<ServiceTime>().unwrap(),

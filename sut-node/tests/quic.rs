@@ -57,6 +57,7 @@ impl Node {
             heartbeat: Some(Duration::from_millis(50)),
             shutdown_grace: Duration::from_secs(5),
             codecs: NodeCodecs::default(),
+            limits: sut_node::limits::Limits::default(),
         };
         let backend = Arc::new(Synthetic::new(SyntheticConfig {
             service_time: "fixed:0".parse().unwrap(),
@@ -213,6 +214,26 @@ async fn control_requests_and_the_infer_stream() {
     let health: HealthReply = node.control(stream_type::HEALTH, &HealthRequest {}).await;
     assert!(health.ready);
 
+    // The connection's session was refused: so is its Infer stream, until
+    // a session is accepted.
+    let (frames, _) = node.exchange(stream_type::INFER, b"", true).await;
+    assert!(
+        matches!(&frames[..], [Frame::Error(e)] if e.contains("session was refused")),
+        "{frames:?}"
+    );
+    let accepted: SessionReply = node
+        .control(
+            stream_type::START_SESSION,
+            &SessionRequest {
+                protocol_version: proto::PROTOCOL_VERSION,
+                model: "m".into(),
+                scenario: "Offline".into(),
+                input_codec: 0,
+            },
+        )
+        .await;
+    assert_eq!(accepted.refusal, "");
+
     // 200 samples in one go, then the end of the stream.
     let mut w = FrameWriter::new();
     for id in 1..=200 {
@@ -286,7 +307,8 @@ async fn malformed_streams_end_cleanly_and_the_node_keeps_serving() {
 
     // Infer streams fed garbage: a sample first, then a bad frame, a frame
     // announcing 4 GiB, or a body that is not a ToNode. The sample is
-    // answered, then the stream ends; nothing is buffered for the 4 GiB.
+    // answered, then the stream ends with an error frame that says why;
+    // nothing is buffered for the 4 GiB.
     let mut good = BytesMut::new();
     encode_message(&sample(1), &mut good).unwrap();
     for tail in [
@@ -298,9 +320,19 @@ async fn malformed_streams_end_cleanly_and_the_node_keeps_serving() {
         body.extend_from_slice(tail);
         let (frames, end) = node.exchange(stream_type::INFER, &body, false).await;
         end.unwrap();
-        let answered: usize = frames
-            .into_iter()
-            .map(|f| f.decode::<FromNode>("FromNode").unwrap().answers.len())
+        let Some((Frame::Error(why), messages)) = frames.split_last() else {
+            panic!("{tail:?}: no error frame at the end: {frames:?}");
+        };
+        assert!(why.contains("malformed message"), "{tail:?}: {why}");
+        let answered: usize = messages
+            .iter()
+            .map(|f| {
+                f.clone()
+                    .decode::<FromNode>("FromNode")
+                    .unwrap()
+                    .answers
+                    .len()
+            })
             .sum();
         assert_eq!(answered, 1, "{tail:?}");
     }

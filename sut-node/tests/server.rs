@@ -44,6 +44,7 @@ fn config(name: &str) -> NodeConfig {
         heartbeat: None,
         shutdown_grace: Duration::from_secs(10),
         codecs: NodeCodecs::default(),
+        limits: sut_node::limits::Limits::default(),
     }
 }
 
@@ -58,6 +59,7 @@ fn synthetic(service_time: &str, output_size: usize, llm_tokens: u32) -> Arc<dyn
 
 struct Node {
     client: SutNodeClient<Channel>,
+    addr: std::net::SocketAddr,
     ready: Option<oneshot::Receiver<()>>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -85,6 +87,7 @@ impl Node {
             .unwrap();
         Node {
             client,
+            addr,
             ready: Some(ready),
             stop: Some(stop),
             task,
@@ -222,6 +225,67 @@ async fn name_and_session_checks() {
     let r = refusal(c.start_session(session("resnet50", "Batch")).await.unwrap());
     assert!(r.contains("Batch"), "{r}");
 
+    // This connection's session was refused: its Infer stream is too.
+    let (_tx, rx) = mpsc::channel::<ToNode>(1);
+    let e = c.infer(ReceiverStream::new(rx)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(
+        e.message()
+            .contains("session was refused (unknown scenario"),
+        "{e}"
+    );
+    // An accepted session opens the way again.
+    c.start_session(session("resnet50", "Server"))
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<ToNode>(1);
+    let mut answers = c.infer(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    tx.send(sample(1, input(1), Codec::None)).await.unwrap();
+    assert_eq!(next(&mut answers).await.answers[0].id, 1);
+
+    node.stop().await;
+}
+
+/// A message on the Infer stream's path that does not decode as a `ToNode`:
+/// field 1 (the sample) holding bytes that are no `SampleRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Garbage {
+    #[prost(bytes = "vec", tag = "1")]
+    sample: Vec<u8>,
+}
+
+#[tokio::test]
+async fn a_malformed_message_ends_the_infer_stream_with_an_error() {
+    let mut node = Node::ready(config("node-m"), synthetic("fixed:0", 4, 0)).await;
+    // One good sample first: it is still answered.
+    let (tx, mut answers) = node.open_stream().await;
+    tx.send(sample(1, input(1), Codec::None)).await.unwrap();
+    assert_eq!(next(&mut answers).await.answers[0].id, 1);
+    drop((tx, answers));
+
+    let endpoint = Channel::from_shared(format!("http://{}", node.addr)).unwrap();
+    let channel = within("connect", endpoint.connect()).await.unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    within("ready", grpc.ready()).await.unwrap();
+    let bad = Garbage {
+        sample: vec![0xff; 7],
+    };
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/mlperf_net.v1.SutNode/Infer");
+    let codec = tonic_prost::ProstCodec::<Garbage, FromNode>::default();
+    let request = tonic::Request::new(tokio_stream::iter([bad]));
+    let mut stream = within("infer", grpc.streaming(request, path, codec))
+        .await
+        .unwrap()
+        .into_inner();
+    let end = loop {
+        match within("the stream's end", stream.message()).await {
+            Ok(Some(m)) => assert!(m.answers.is_empty(), "nothing to answer"),
+            Ok(None) => panic!("the stream ended with OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(end.code(), Code::InvalidArgument, "{end}");
+    assert!(end.message().contains("malformed message"), "{end}");
     node.stop().await;
 }
 
@@ -591,4 +655,145 @@ async fn shutdown_cuts_streams_whose_samples_outlast_the_grace_time() {
     within("serve to return", node.task).await.unwrap().unwrap();
     // Lets the backend's worker thread finish.
     drop(gates);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_its_answers_gets_no_more_samples_taken() {
+    const ANSWER: usize = 64 << 10;
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_waiting_answer_bytes: 256 << 10,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-slow-reader")
+    };
+    let mut node = Node::ready(config, synthetic("fixed:0", ANSWER, 0)).await;
+    let (tx, rx) = mpsc::channel(1);
+    let response = within("infer", node.client.infer(ReceiverStream::new(rx)))
+        .await
+        .unwrap();
+    let mut answers = response.into_inner();
+    // Never reading the answers, send until the node stops taking samples
+    // (a send that waits a whole second), at most 1000 (64 MiB of answers).
+    let mut sent = 0u64;
+    while sent < 1000 {
+        let s = sample(sent, vec![sent as u8; 64 << 10], Codec::None);
+        match tokio::time::timeout(Duration::from_secs(1), tx.send(s)).await {
+            Ok(r) => r.unwrap(),
+            Err(_) => break,
+        }
+        sent += 1;
+    }
+    // The bound: the waiting answers, HTTP/2's windows of inputs and the
+    // batcher; far below 1000 samples.
+    assert!(
+        sent < 300,
+        "the node took {sent} samples from a client that reads nothing"
+    );
+    // Once the client reads, every sample it sent is answered.
+    drop(tx);
+    let mut ids = HashSet::new();
+    while let Some(m) = within("answers", answers.message()).await.unwrap() {
+        for a in m.answers {
+            assert_eq!(a.payload.len(), ANSWER);
+            ids.insert(a.id);
+        }
+    }
+    assert_eq!(ids.len() as u64, sent);
+    node.stop().await;
+}
+
+/// Reads until the node closes the connection (EOF or reset).
+async fn closed_by_node(tcp: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    loop {
+        match within("the node to close the connection", tcp.read(&mut buf)).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_served() {
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_connections_per_peer: 3,
+            handshake_timeout: Duration::from_millis(300),
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-limits")
+    };
+    // The test's own client holds one of this address's three places.
+    let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
+    assert_eq!(node.outstanding().await, 0);
+    let mut silent = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let mut preface_only = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        preface_only
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+    }
+    // A fourth connection from this address is closed at once, though it
+    // speaks HTTP/2.
+    let mut fourth = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let _ = fourth.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+    }
+    closed_by_node(&mut fourth).await;
+    // The silent one is closed after the handshake timeout.
+    closed_by_node(&mut silent).await;
+    drop(preface_only);
+    // The real client still gets answers.
+    assert_eq!(node.outstanding().await, 0);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn decoded_inputs_waiting_to_run_stay_within_the_budget() {
+    const INPUT: usize = 16 << 10;
+    let (backend, mut gates) = Gated::new(false, true);
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_decoded_bytes: 4 * INPUT,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-budget")
+    };
+    let mut node = Node::ready(config, backend).await;
+    let (tx, mut stream) = node.open_stream().await;
+    // Small zstd frames that each decode to 16 KiB.
+    let frame = compression::CodecSpec::from(compression::CodecKind::Zstd)
+        .codec()
+        .compress(&[0u8; INPUT]);
+    assert!(frame.len() < 100);
+    let compressed = |id| sample(id, frame.clone(), Codec::Zstd);
+    tx.send(compressed(0)).await.unwrap();
+    assert_eq!(within("first batch", gates.batches.recv()).await, Some(1));
+    // The backend holds sample 0; of the next 20, only those that fit in
+    // the budget (with sample 0: four) are taken.
+    for id in 1..=20 {
+        tx.send(compressed(id)).await.unwrap();
+    }
+    let mut outstanding = 0;
+    while outstanding < 4 {
+        outstanding = node.outstanding().await;
+    }
+    for _ in 0..20 {
+        let now = node.outstanding().await;
+        assert!(now <= 4, "{now} samples held with a budget of four");
+    }
+    // Once the backend runs, every sample is answered.
+    gates.first_batch.send(()).unwrap();
+    drop(tx);
+    let mut answered = HashSet::new();
+    while let Some(m) = within("answers", stream.message()).await.unwrap() {
+        answered.extend(m.answers.iter().map(|a| a.id));
+    }
+    assert_eq!(answered.len(), 21);
+    node.stop().await;
 }

@@ -80,9 +80,12 @@ pub fn parse(bytes: &[u8]) -> Result<NpyArray, String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let item_size = item_size(&descr)?;
-    let count: usize = shape.iter().product();
+    // Checked: a crafted shape must not wrap to a small (or empty) sample.
+    let expected = shape
+        .iter()
+        .try_fold(item_size, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape:?} of {descr} has more bytes than memory can hold"))?;
     let data = &bytes[end..];
-    let expected = count * item_size;
     if data.len() != expected {
         return Err(format!(
             "shape {shape:?} of {descr} needs {expected} data bytes, the file has {}",
@@ -177,5 +180,16 @@ mod tests {
         assert!(parse(&encode("<U3", &[1], &[0; 12]))
             .unwrap_err()
             .contains("dtype"));
+    }
+
+    #[test]
+    fn shapes_whose_size_overflows_are_refused() {
+        // 2^62 * 2^62 * 4 wraps to 0 in 64-bit arithmetic.
+        let big = 1usize << 62;
+        let e = parse(&encode("<f4", &[big, big], &[])).unwrap_err();
+        assert!(e.contains("more bytes than memory can hold"), "{e}");
+        let e = parse(&encode("<f18446744073709551615", &[2], &[])).unwrap_err();
+        assert!(e.contains("more bytes than memory can hold"), "{e}");
+        assert_eq!(parse(&encode("<f4", &[0, big], &[])).unwrap().data.len(), 0);
     }
 }

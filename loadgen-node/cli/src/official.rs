@@ -323,7 +323,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             qsl.name(),
             config.nodes.len()
         );
-        let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+        let qdl = run::connect(args, config, qsl.clone())?;
         let official = OfficialLoadGen {
             output_dir: args.output_dir.clone(),
         };

@@ -13,6 +13,25 @@ use loadgen_engine::live::{LiveSnapshot, LiveStats};
 
 const REFRESH: Duration = Duration::from_millis(500);
 
+/// Says which sut-node a run waits for while its backend loads: at once,
+/// whenever it is another node, and every 10 seconds.
+pub fn waiting_for_nodes() -> impl FnMut(&str, Duration) {
+    let mut last: Option<(String, Instant)> = None;
+    move |node, waited| {
+        let due = match &last {
+            Some((n, at)) => n != node || at.elapsed() >= Duration::from_secs(10),
+            None => true,
+        };
+        if due {
+            eprintln!(
+                "loadgen-node: waiting for {node}: its backend is still loading ({} s so far)",
+                waited.as_secs()
+            );
+            last = Some((node.to_string(), Instant::now()));
+        }
+    }
+}
+
 /// Draws the line until dropped.
 pub struct Progress {
     stop: Arc<AtomicBool>,

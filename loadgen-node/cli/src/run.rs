@@ -99,8 +99,10 @@ pub struct RunArgs {
     pub dataset: Option<PathBuf>,
 
     /// Synthetic data set: bytes per sample instead of the benchmark's input
-    /// size (e.g. 64 to measure the harness rather than the network).
-    #[arg(long, value_name = "BYTES")]
+    /// size (e.g. 64 to measure the harness rather than the network); at
+    /// most 1 GiB.
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     pub sample_bytes: Option<usize>,
 
     /// How samples are spread over the sut-nodes: least-outstanding,
@@ -109,8 +111,9 @@ pub struct RunArgs {
     pub dispatch: String,
 
     /// Connections (gRPC or QUIC, each with one data stream) opened to every
-    /// sut-node.
-    #[arg(long, default_value_t = 2)]
+    /// sut-node (1 to 1024).
+    #[arg(long, default_value_t = 2,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub connections_per_node: usize,
 
     /// Threads of the QDL's network runtime [default: 2, or 1 on a host of
@@ -130,6 +133,11 @@ pub struct RunArgs {
     /// INVALID: its backend is hung. 0: wait for ever.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
     pub progress_timeout: f64,
+
+    /// Seconds to wait for sut-nodes whose backend is still loading (each
+    /// retried every second, the one waited for printed); 0: fail at once.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    pub ready_timeout: f64,
 
     /// After an accuracy run against `synthetic` sut-nodes, check that every
     /// logged answer is the one for the sample issued under that id.
@@ -218,7 +226,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         qsl.name(),
         config.nodes.len()
     );
-    let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+    let qdl = connect(args, config, qsl.clone())?;
     let outcome = {
         let _progress = Progress::start(live.clone());
         start_test_with_live(
@@ -286,7 +294,7 @@ pub(crate) fn qdl_config(args: &RunArgs, qsl: &DataQsl) -> Result<QdlConfig> {
             .collect::<Result<Vec<_>, _>>()
             .context("--sut")?,
         policy: args.dispatch.parse().context("--dispatch")?,
-        connections_per_node: args.connections_per_node.max(1),
+        connections_per_node: args.connections_per_node,
         model: args.model.clone(),
         scenario: args.scenario.as_str().to_string(),
         stall_timeout: Duration::try_from_secs_f64(args.node_timeout)
@@ -313,6 +321,22 @@ pub(crate) fn qdl_config(args: &RunArgs, qsl: &DataQsl) -> Result<QdlConfig> {
         );
     }
     Ok(config)
+}
+
+/// Connects the QDL to the nodes, waiting up to --ready-timeout for nodes
+/// whose backend is still loading (both engines).
+pub(crate) fn connect(
+    args: &RunArgs,
+    config: QdlConfig,
+    data: Arc<dyn qdl::SampleData>,
+) -> Result<Qdl> {
+    let ready_timeout = Duration::try_from_secs_f64(args.ready_timeout)
+        .ok()
+        .filter(|t| t.as_secs() <= 86_400)
+        .context("--ready-timeout must be a number of seconds from 0 to 86400")?;
+    let waiting = crate::progress::waiting_for_nodes();
+    Qdl::connect_when_ready(config, data, ready_timeout, waiting)
+        .context("cannot reach the sut-nodes")
 }
 
 /// The QSL of a network run: the --dataset directory, or the benchmark's
@@ -411,12 +435,14 @@ fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
                 .collect::<Vec<_>>()
                 .join("\n"))
         })?;
+        file.check_values(&args.model, args.scenario)?;
         file.apply(
             &mut settings,
             &args.model,
             args.scenario,
             ConfKind::UserConf,
         )?;
+        config::check_scale(&settings)?;
     }
     if let Some(mode) = args.mode {
         settings.mode = mode;

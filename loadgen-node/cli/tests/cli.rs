@@ -194,3 +194,104 @@ fn the_official_engine_in_a_build_without_it_says_how_to_build_it() {
     let out = String::from_utf8_lossy(&v.stdout);
     assert!(out.contains("official engine: not compiled in"), "{out}");
 }
+
+#[test]
+fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
+    let dir = scratch("ranges");
+    // (scenario, user.conf line, what the error must say)
+    let cases = [
+        (
+            "Offline",
+            "*.Offline.target_qps = 1e308",
+            "a number from 0.001 to 100000000",
+        ),
+        (
+            "Offline",
+            "*.Offline.target_qps = inf",
+            "`*.Offline.target_qps = inf`",
+        ),
+        (
+            "Offline",
+            "*.Offline.target_qps = 1e400",
+            "target_qps must be",
+        ),
+        (
+            "Offline",
+            "*.Offline.min_duration = -1",
+            "min_duration must be an integer from 0",
+        ),
+        ("Server", "*.Server.target_qps = inf", "target_qps must be"),
+        ("Server", "*.Server.target_qps = 0", "target_qps must be"),
+        (
+            "Server",
+            "*.Server.target_qps = 1e-300",
+            "target_qps must be",
+        ),
+        ("Server", "*.Server.target_qps = -1", "target_qps must be"),
+        (
+            "Server",
+            "*.Server.min_duration = -1",
+            "min_duration must be",
+        ),
+        (
+            "SingleStream",
+            "*.SingleStream.min_duration = -1",
+            "min_duration must be",
+        ),
+        (
+            "MultiStream",
+            "*.MultiStream.target_latency = -5",
+            "target_latency must be a number from 0.001",
+        ),
+        (
+            "Server",
+            "*.Server.min_duraton = 10",
+            "unknown setting `min_duraton`",
+        ),
+        (
+            "Offline",
+            "*.Offline.target_qps = 1e7",
+            "plan 6.600e9 samples",
+        ),
+    ];
+    for (scenario, line, why) in cases {
+        let conf = dir.join("user.conf");
+        std::fs::write(&conf, format!("# tuned\n{line}\n")).unwrap();
+        let o = bin()
+            .args(["--sut", "null", "--scenario", scenario, "--user-conf"])
+            .arg(&conf)
+            .arg("--output-dir")
+            .arg(dir.join("out"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{line}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(why), "{line}: {err}");
+        if !why.starts_with("plan") {
+            assert!(
+                err.contains(&format!("{}:2:", conf.display())),
+                "{line}: {err}"
+            );
+        }
+        assert!(!dir.join("out").exists(), "{line}: nothing runs");
+    }
+    // The same ranges hold for --set, and for the flags.
+    for (flags, why) in [
+        (&["--set", "min_duration=-1"][..], "min_duration must be"),
+        (&["--sample-bytes", "100000000000"][..], "--sample-bytes"),
+        (
+            &["--connections-per-node", "0"][..],
+            "--connections-per-node",
+        ),
+    ] {
+        let o = bin()
+            .args(["--sut", "null"])
+            .args(flags)
+            .arg("--output-dir")
+            .arg(dir.join("out"))
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{flags:?}");
+        assert!(stderr(&o).contains(why), "{flags:?}: {}", stderr(&o));
+    }
+}

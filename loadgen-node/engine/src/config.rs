@@ -68,6 +68,28 @@ pub enum ConfigError {
         key: String,
         value: String,
     },
+    /// A value the official LoadGen would accept but that would make the run hang,
+    /// overflow or allocate without bound.
+    #[error("{file}:{line}: `{key} = {value}` is out of range: {name} must be {accepted}")]
+    OutOfRange {
+        file: String,
+        line: usize,
+        key: String,
+        value: String,
+        name: &'static str,
+        accepted: &'static str,
+    },
+    /// A user.conf key whose last part is no setting LoadGen knows.
+    #[error("{file}:{line}: unknown setting `{name}` in key `{key}`; known settings: {}", KEYS.join(", "))]
+    UnknownKey {
+        file: String,
+        line: usize,
+        key: String,
+        name: String,
+    },
+    /// Settings that are each in range but together ask for too much.
+    #[error("{0}")]
+    TooLarge(String),
     /// The file could not be opened or read.
     #[error("cannot open config file {}: {cause}", .path.display())]
     NotFound { path: PathBuf, cause: io::Error },
@@ -133,6 +155,7 @@ impl ConfigError {
             ConfigError::Invalid { errors, .. } => {
                 errors.iter().flat_map(|e| e.detail_messages()).collect()
             }
+            other => vec![other.to_string()],
         }
     }
 }
@@ -476,6 +499,228 @@ impl ConfigFile {
     }
 }
 
+/// The longest duration a setting may ask for: a year, in ms.
+pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// The most samples one run may plan to issue in a query (Offline) or in
+/// total (its minimum sample count): their bookkeeping must fit in memory.
+pub const MAX_PLANNED_SAMPLES: f64 = 1e9;
+
+/// How a checked value must look.
+#[derive(Clone, Copy)]
+enum Accepted {
+    /// An integer count of ms up to [`MAX_DURATION_MS`].
+    DurationMs,
+    /// A finite number in `min..=max`.
+    Float { min: f64, max: f64 },
+    /// An integer in `min..=max`.
+    Int { min: u64, max: u64 },
+}
+
+impl Accepted {
+    fn holds(self, text: &str) -> bool {
+        match self {
+            Accepted::DurationMs => strtoull(text) <= MAX_DURATION_MS && !text.starts_with('-'),
+            Accepted::Float { min, max } => {
+                let v = strtod(text);
+                v.is_finite() && (min..=max).contains(&v)
+            }
+            Accepted::Int { min, max } => {
+                !text.starts_with('-') && (min..=max).contains(&strtoull(text))
+            }
+        }
+    }
+}
+
+/// The keys whose values the official LoadGen takes as they come although some of them
+/// make a run hang (a zero or negative rate, a negative duration that wraps
+/// to centuries), overflow or allocate without bound; with the range each
+/// must be in. `Some(scenario)`: the key only matters when that scenario runs.
+const CHECKED: &[(&str, Option<Scenario>, Accepted, &str)] = &[
+    (
+        "min_duration",
+        None,
+        Accepted::DurationMs,
+        "an integer from 0 to 31536000000 (ms, a year)",
+    ),
+    (
+        "max_duration",
+        None,
+        Accepted::DurationMs,
+        "an integer from 0 to 31536000000 (ms, a year)",
+    ),
+    (
+        "target_qps",
+        Some(Scenario::Server),
+        Accepted::Float {
+            min: 1e-3,
+            max: 1e8,
+        },
+        "a number from 0.001 to 100000000 (queries per second)",
+    ),
+    (
+        "target_qps",
+        Some(Scenario::Offline),
+        Accepted::Float {
+            min: 1e-3,
+            max: 1e8,
+        },
+        "a number from 0.001 to 100000000 (samples per second)",
+    ),
+    (
+        "target_latency",
+        Some(Scenario::SingleStream),
+        Accepted::Float {
+            min: 1e-3,
+            max: MAX_DURATION_MS as f64,
+        },
+        "a number from 0.001 to 31536000000 (ms)",
+    ),
+    (
+        "target_latency",
+        Some(Scenario::MultiStream),
+        Accepted::Float {
+            min: 1e-3,
+            max: MAX_DURATION_MS as f64,
+        },
+        "a number from 0.001 to 31536000000 (ms)",
+    ),
+    (
+        "target_latency",
+        Some(Scenario::Server),
+        Accepted::DurationMs,
+        "an integer from 0 to 31536000000 (ms, a year)",
+    ),
+    (
+        "ttft_latency",
+        Some(Scenario::Server),
+        Accepted::DurationMs,
+        "an integer from 0 to 31536000000 (ms, a year)",
+    ),
+    (
+        "tpot_latency",
+        Some(Scenario::Server),
+        Accepted::DurationMs,
+        "an integer from 0 to 31536000000 (ms, a year)",
+    ),
+    (
+        "samples_per_query",
+        Some(Scenario::MultiStream),
+        Accepted::Int {
+            min: 1,
+            max: 1_000_000,
+        },
+        "an integer from 1 to 1000000",
+    ),
+];
+
+impl ConfigFile {
+    /// Checks the values that `apply` would use for `model` run as
+    /// `scenario` against the ranges a run can honour. Every problem is
+    /// reported, each with the file, line, key and accepted range.
+    pub fn check_values(&self, model: &str, scenario: Scenario) -> Result<(), ConfigError> {
+        let mut errors = Vec::new();
+        for &(name, only, accepted, text) in CHECKED {
+            if only.is_some_and(|s| s != scenario) {
+                continue;
+            }
+            let scope = only.unwrap_or(scenario).as_str();
+            if let Some((key, e)) = self.lookup(model, scope, name) {
+                if !accepted.holds(&e.value) {
+                    errors.push(ConfigError::OutOfRange {
+                        file: self.name.clone(),
+                        line: e.line,
+                        key,
+                        value: e.value.clone(),
+                        name,
+                        accepted: text,
+                    });
+                }
+            }
+        }
+        errors.sort_by_key(|e| match e {
+            ConfigError::OutOfRange { line, .. } => *line,
+            _ => 0,
+        });
+        self.errors_or_ok(errors)
+    }
+
+    /// Refuses keys whose last part is no setting LoadGen knows (a typo
+    /// would otherwise be ignored silently, as the official LoadGen does).
+    pub fn check_known_keys(&self) -> Result<(), ConfigError> {
+        let mut unknown: Vec<(&String, &Entry)> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| {
+                let name = k.rsplit('.').next().unwrap_or(k);
+                !KEYS.contains(&name) && !UNREAD_KEYS.contains(&name)
+            })
+            .collect();
+        unknown.sort_by_key(|(_, e)| e.line);
+        let errors = unknown
+            .into_iter()
+            .map(|(k, e)| ConfigError::UnknownKey {
+                file: self.name.clone(),
+                line: e.line,
+                key: k.clone(),
+                name: k.rsplit('.').next().unwrap_or(k).to_string(),
+            })
+            .collect();
+        self.errors_or_ok(errors)
+    }
+
+    fn errors_or_ok(&self, mut errors: Vec<ConfigError>) -> Result<(), ConfigError> {
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(ConfigError::Invalid {
+                file: self.name.clone(),
+                errors,
+            }),
+        }
+    }
+}
+
+/// Refuses settings that are each in range but together plan more samples
+/// than a run can keep track of (an Offline query of target_qps ×
+/// min_duration, a minimum count of queries × samples per query).
+pub fn check_scale(s: &TestSettings) -> Result<(), ConfigError> {
+    let seconds = s.min_duration_ms as f64 / 1000.0;
+    let (planned, from) = match s.scenario {
+        Scenario::Offline => (
+            1.1 * seconds * s.offline_expected_qps,
+            format!(
+                "target_qps {} and min_duration {} ms",
+                s.offline_expected_qps, s.min_duration_ms
+            ),
+        ),
+        Scenario::MultiStream => (
+            s.min_query_count as f64 * s.multi_stream_samples_per_query as f64,
+            format!(
+                "min_query_count {} and samples_per_query {}",
+                s.min_query_count, s.multi_stream_samples_per_query
+            ),
+        ),
+        Scenario::SingleStream if s.sample_concatenate_permutation => (
+            2.0 * seconds * 1e9 / s.single_stream_expected_latency_ns,
+            format!(
+                "min_duration {} ms and target_latency {} ms",
+                s.min_duration_ms,
+                s.single_stream_expected_latency_ns / 1e6
+            ),
+        ),
+        _ => return Ok(()),
+    };
+    if planned.is_nan() || planned > MAX_PLANNED_SAMPLES {
+        return Err(ConfigError::TooLarge(format!(
+            "{}: {from} plan {planned:.3e} samples, more than the {MAX_PLANNED_SAMPLES:e} a run \
+             can keep track of; lower one of them",
+            s.scenario.as_str()
+        )));
+    }
+    Ok(())
+}
+
 /// Every key `apply` understands (the last part of `model.scenario.key`).
 pub const KEYS: &[&str] = &[
     "mode",
@@ -512,6 +757,10 @@ pub const KEYS: &[&str] = &[
     "accuracy_log_rng_seed",
     "accuracy_log_sampling_target",
 ];
+
+/// Keys the official mlperf.conf holds that LoadGen does not read; a
+/// user.conf copied from it may hold them too.
+pub const UNREAD_KEYS: &[&str] = &["target_duration"];
 
 /// Keys only an mlperf.conf may set (the rules' seeds and sampling); a
 /// user.conf line with one of them is ignored, as the official LoadGen does.
@@ -569,8 +818,14 @@ impl SettingsSources {
             self.scenario,
             ConfKind::MlperfConf,
         )?;
+        if self.mlperf_conf.is_some() {
+            rules.check_values(&self.model, self.scenario)?;
+        }
         if let Some(path) = &self.user_conf {
-            ConfigFile::read(path)?.apply(
+            let user = ConfigFile::read(path)?;
+            user.check_known_keys()?;
+            user.check_values(&self.model, self.scenario)?;
+            user.apply(
                 &mut settings,
                 &self.model,
                 self.scenario,
@@ -580,6 +835,7 @@ impl SettingsSources {
         if let Some(mode) = self.mode {
             settings.mode = mode;
         }
+        check_scale(&settings)?;
         Ok(settings)
     }
 }
@@ -1117,5 +1373,58 @@ mod tests {
         assert!(err.is_syntax());
         assert!(err.to_string().contains("user.conf:1:"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn builtin_and_reference_values_are_in_range() {
+        let rules = ConfigFile::builtin().unwrap();
+        for line in BUILTIN_MLPERF_CONF.lines() {
+            let Some(model) = line.split('.').next().filter(|m| !m.starts_with('#')) else {
+                continue;
+            };
+            for scenario in [
+                Scenario::SingleStream,
+                Scenario::MultiStream,
+                Scenario::Server,
+                Scenario::Offline,
+            ] {
+                rules.check_values(model, scenario).unwrap();
+                let mut s = TestSettings {
+                    scenario,
+                    ..TestSettings::default()
+                };
+                rules
+                    .apply(&mut s, model, scenario, ConfKind::MlperfConf)
+                    .unwrap();
+                check_scale(&s).unwrap();
+            }
+        }
+        rules.check_known_keys().unwrap();
+    }
+
+    #[test]
+    fn out_of_range_values_name_line_key_and_range() {
+        let f = parse(
+            "a.b.c = 1\n*.Server.target_qps = nan\nm.Server.min_duration = 0x7fffffffffffffff\n",
+        )
+        .unwrap();
+        let e = f
+            .check_values("m", Scenario::Server)
+            .unwrap_err()
+            .to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert!(
+            lines[1].contains(":2: `*.Server.target_qps = nan` is out of range"),
+            "{e}"
+        );
+        assert!(lines[2].contains(":3: `m.Server.min_duration"), "{e}");
+        // Keys of another scenario do not matter to this run.
+        f.check_values("m", Scenario::Offline).unwrap();
+        parse("*.Server.target_qps = 0\n")
+            .unwrap()
+            .check_values("m", Scenario::Offline)
+            .unwrap();
+        let e = f.check_known_keys().unwrap_err().to_string();
+        assert!(e.contains(":1: unknown setting `c` in key `a.b.c`"), "{e}");
     }
 }

@@ -3,12 +3,13 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use crate::escape::push_json_escaped;
 use crate::number_format::g6;
 
 /// A value of a detail-log record, encoded as the official LoadGen does.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LogValue {
-    /// Written between quotes, without escaping.
+    /// Written between quotes, escaped as the official LoadGen escapes JSON strings.
     Str(String),
     Bool(bool),
     Int(i64),
@@ -26,7 +27,7 @@ impl LogValue {
         match self {
             LogValue::Str(s) => {
                 out.push('"');
-                out.push_str(s);
+                push_json_escaped(out, s);
                 out.push('"');
             }
             LogValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -59,7 +60,11 @@ impl LogValue {
                     if i > 0 {
                         out.push(',');
                     }
-                    let _ = write!(out, "\"{k}\":\"{v}\"");
+                    out.push('"');
+                    push_json_escaped(out, k);
+                    out.push_str("\":\"");
+                    push_json_escaped(out, v);
+                    out.push('"');
                 }
                 out.push('}');
             }
@@ -161,7 +166,9 @@ impl<W: Write> DetailLog<W> {
         let ns = elapsed_ns.max(0);
         let line = &mut self.line;
         line.clear();
-        let _ = write!(line, ":::MLLOG {{\"key\": \"{key}\", \"value\": ");
+        line.push_str(":::MLLOG {\"key\": \"");
+        push_json_escaped(line, key);
+        line.push_str("\", \"value\": ");
         value.write_to(line);
         let _ = write!(
             line,
@@ -239,5 +246,19 @@ mod tests {
         s.push(' ');
         LogValue::Map(vec![("/a".into(), "1".into()), ("/b".into(), "2".into())]).write_to(&mut s);
         assert_eq!(s, "1e+06 {\"/a\":\"1\",\"/b\":\"2\"}");
+    }
+
+    #[test]
+    fn strings_cannot_forge_records() {
+        let forged =
+            "n\", \"value\": 1}\n:::MLLOG {\"key\": \"result_validity\", \"value\": \"VALID\"}";
+        let mut log = DetailLog::new(Vec::new());
+        log.log("sut_name", &forged.into(), 0, here!()).unwrap();
+        let map = LogValue::Map(vec![(forged.into(), forged.into())]);
+        log.log("requested_map", &map, 0, here!()).unwrap();
+        let text = String::from_utf8(log.out.clone()).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(!text.contains("\"result_validity\", \"value\": \"VALID\""));
+        assert!(text.contains("\"value\": \"n\\\", \\\"value\\\": 1}\\n:::MLLOG {\\\"key"));
     }
 }

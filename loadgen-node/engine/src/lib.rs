@@ -56,6 +56,7 @@ pub mod config;
 pub mod detail;
 pub mod early_stopping;
 pub mod effective;
+pub mod escape;
 pub mod live;
 pub mod loadable;
 pub mod null_sut;

@@ -18,6 +18,7 @@ use crate::clock::{self, Clock, MonoClock};
 use crate::completion::{Completer, Ring};
 use crate::config::{self, ConfigFile};
 use crate::detail::{DetailLog, Location, LogValue};
+use crate::escape::json_escaped;
 use crate::here;
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
@@ -518,7 +519,12 @@ impl<'a> Test<'a> {
         }
         let mut block = format!("\n{BANNER}\nSystem under test\n{BANNER}\n");
         for (key, value) in facts {
-            block.push_str(&format!("{key} : {value}\n"));
+            // Escaped so that no fact can add lines of its own.
+            block.push_str(&format!(
+                "{} : {}\n",
+                json_escaped(&key),
+                json_escaped(&value)
+            ));
             self.log(&key, value, here!())?;
         }
         self.summary_out

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::escape::json_escaped;
 use crate::number_format::{fixed1, fixed2, g6};
 use crate::results::{percentile_label, Results, PERCENTILES};
 use crate::settings::{EffectiveSettings, Scenario};
@@ -26,7 +27,8 @@ pub(crate) fn render(r: &Results<'_>) -> String {
     line(BANNER);
     line("MLPerf Results Summary");
     line(BANNER);
-    line(&format!("SUT name : {}", r.sut_name));
+    // Escaped so that no name can add lines of its own.
+    line(&format!("SUT name : {}", json_escaped(r.sut_name)));
     line(&format!("Scenario : {}", scenario.as_str()));
     line(&format!("Mode     : {}", eff.mode.as_str()));
     line(&match scenario {

@@ -326,3 +326,44 @@ fn submission_run_logs_every_sample_then_measures() {
     assert_eq!(values(&records, "result_validity")[0], "VALID");
     assert!(summary(&dir).contains("Mode     : SubmissionRun"));
 }
+
+/// Names and reports text made to look like log records of its own.
+struct ForgingSut {
+    inner: loadgen_engine::null_sut::NullSut,
+}
+
+const FORGED: &str = "x\", \"value\": 1}\n:::MLLOG {\"key\": \"result_validity\", \"value\": \"VALID\"}\nResult is : VALID\n\u{1b}";
+
+impl SystemUnderTest for ForgingSut {
+    fn name(&self) -> Result<String, SutError> {
+        self.inner.name()
+    }
+    fn report(&self) -> Vec<(String, String)> {
+        vec![(format!("sut_{FORGED}"), FORGED.into())]
+    }
+    fn issue_query(&self, samples: &[QuerySample], completer: &Completer) {
+        self.inner.issue_query(samples, completer)
+    }
+}
+
+#[test]
+fn strings_from_the_sut_cannot_forge_log_lines() {
+    let sut = ForgingSut {
+        inner: loadgen_engine::null_sut::NullSut::new(
+            FORGED,
+            loadgen_engine::null_sut::NullAnswer::Index,
+        ),
+    };
+    let (outcome, dir) = run(&sut, &server(2_000.0, 50), "forging", false);
+    assert!(outcome.run_error.is_none(), "{:?}", outcome.run_error);
+    // Every detail line parses, the name comes back intact, and only the
+    // engine's own record carries a result_validity key.
+    let records = detail(&dir);
+    assert_eq!(values(&records, "sut_name")[0], FORGED);
+    assert_eq!(values(&records, "result_validity").len(), 1);
+    assert_eq!(values(&records, &format!("sut_{FORGED}"))[0], FORGED);
+    let summary = summary(&dir);
+    assert_eq!(summary.matches("\nResult is : ").count(), 1, "{summary}");
+    assert!(summary.contains("SUT name : x\\\", \\\"value\\\": 1}\\n:::MLLOG"));
+    assert!(!summary.contains('\u{1b}'));
+}

@@ -12,9 +12,12 @@ use super::Outgoing;
 use crate::config::NodeAddr;
 use crate::error::TransportError;
 
-/// Large inputs (whole images, volumes) and batched answers exceed tonic's
-/// 4 MiB default; the protocol's own framing bounds a message at 4 GiB.
-const MAX_MESSAGE: usize = u32::MAX as usize;
+/// Large inputs (whole images, volumes) exceed tonic's 4 MiB default; the
+/// protocol's own framing bounds a message at 4 GiB.
+const MAX_SENT_MESSAGE: usize = u32::MAX as usize;
+/// Pings keep an idle connection (a long QSL load) open past the node's
+/// idle timeout.
+const KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 #[derive(Clone)]
 pub(crate) struct GrpcLink {
@@ -26,12 +29,15 @@ impl GrpcLink {
         addr: &NodeAddr,
         tls: Option<&ClientTls>,
         timeout: Duration,
+        max_message: usize,
     ) -> Result<Self, TransportError> {
         let endpoint = Endpoint::from_shared(format!("http://{}", addr.authority()))
             .map_err(|e| TransportError::chain(&e))?
             .connect_timeout(timeout)
             // Samples are small, latency-bound writes: never wait for Nagle.
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .keep_alive_while_idle(true);
         let channel = match tls {
             None => endpoint
                 .connect()
@@ -58,8 +64,8 @@ impl GrpcLink {
             }
         };
         let client = SutNodeClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(MAX_SENT_MESSAGE);
         Ok(Self { client })
     }
 

@@ -30,11 +30,13 @@ pub(crate) enum Link {
 
 impl Link {
     /// Connects over the address's transport: gRPC (over TLS with `tls`, or
-    /// for `grpcs://`), or QUIC (always TLS; `tls` required).
+    /// for `grpcs://`), or QUIC (always TLS; `tls` required). A message from
+    /// the node over `max_message` bytes ends the stream as it arrives.
     pub(crate) async fn connect(
         addr: &NodeAddr,
         tls: Option<&ClientTls>,
         timeout: Duration,
+        max_message: usize,
     ) -> Result<Self, TransportError> {
         let need_tls = || {
             tls.ok_or_else(|| {
@@ -46,13 +48,13 @@ impl Link {
         };
         match addr.transport {
             Transport::Grpc => Ok(Link::Grpc(
-                grpc::GrpcLink::connect(addr, tls, timeout).await?,
+                grpc::GrpcLink::connect(addr, tls, timeout, max_message).await?,
             )),
             Transport::Grpcs => Ok(Link::Grpc(
-                grpc::GrpcLink::connect(addr, Some(need_tls()?), timeout).await?,
+                grpc::GrpcLink::connect(addr, Some(need_tls()?), timeout, max_message).await?,
             )),
             Transport::Quic => Ok(Link::Quic(
-                quic::QuicLink::connect(addr, need_tls()?).await?,
+                quic::QuicLink::connect(addr, need_tls()?, max_message).await?,
             )),
         }
     }

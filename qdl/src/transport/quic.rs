@@ -76,12 +76,18 @@ fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 #[derive(Clone)]
 pub(crate) struct QuicLink {
     conn: quinn::Connection,
+    /// Largest frame accepted on the Infer stream.
+    max_message: usize,
     /// The UDP socket; it lives as long as a clone of the link.
     _endpoint: quinn::Endpoint,
 }
 
 impl QuicLink {
-    pub(crate) async fn connect(addr: &NodeAddr, tls: &ClientTls) -> Result<Self, TransportError> {
+    pub(crate) async fn connect(
+        addr: &NodeAddr,
+        tls: &ClientTls,
+        max_message: usize,
+    ) -> Result<Self, TransportError> {
         let remote: SocketAddr = tokio::net::lookup_host(addr.authority())
             .await
             .map_err(|e| TransportError(format!("cannot resolve {addr}: {e}")))?
@@ -116,6 +122,7 @@ impl QuicLink {
             .map_err(|e| handshake_error(e, tls, &presented))?;
         Ok(Self {
             conn,
+            max_message,
             _endpoint: endpoint,
         })
     }
@@ -141,8 +148,12 @@ impl QuicLink {
         &self,
         req: proto::ProbeRequest,
     ) -> Result<proto::ProbeReply, TransportError> {
-        self.call_sized(stream_type::PROBE, &req, MAX_DATA_FRAME)
-            .await
+        self.call_sized(
+            stream_type::PROBE,
+            &req,
+            self.max_message.min(MAX_DATA_FRAME),
+        )
+        .await
     }
 
     /// One control request on a stream of its own.
@@ -186,7 +197,7 @@ impl QuicLink {
         send.write_chunk(bytes::Bytes::from_static(&[stream_type::INFER]))
             .await
             .map_err(text)?;
-        let mut decoder = FrameDecoder::new(MAX_DATA_FRAME);
+        let mut decoder = FrameDecoder::new(self.max_message.min(MAX_DATA_FRAME));
         match read_frame(&mut recv, &mut decoder).await? {
             Some(Frame::Message(_)) => {}
             Some(Frame::Error(e)) => return Err(TransportError(e)),

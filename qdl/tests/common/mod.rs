@@ -40,6 +40,8 @@ pub struct Behaviour {
     pub name_reply: Option<String>,
     pub refusal: String,
     pub ready: bool,
+    /// Not ready for its first N sessions (a backend still loading).
+    pub loading_sessions: usize,
     pub version: u32,
     /// Input codecs announced in its sessions (it decodes them all).
     pub input_codecs: Vec<Codec>,
@@ -49,6 +51,8 @@ pub struct Behaviour {
     pub bomb_at: Option<u64>,
     /// Answer sample number N with a damaged frame of its output codec.
     pub corrupt_at: Option<u64>,
+    /// Answer sample number N with 4 MiB of raw bytes.
+    pub huge_at: Option<u64>,
     /// Send each sample's first token (the first 4 answer bytes) first.
     pub first_tokens: bool,
     /// End the answer stream on receiving the node's sample number N
@@ -74,11 +78,13 @@ impl Behaviour {
             name_reply: None,
             refusal: String::new(),
             ready: true,
+            loading_sessions: 0,
             version: PROTOCOL_VERSION,
             input_codecs: vec![Codec::None, Codec::Zstd, Codec::Lz4],
             output_codec: Codec::None,
             bomb_at: None,
             corrupt_at: None,
+            huge_at: None,
             first_tokens: false,
             close_at: None,
             silent_from: None,
@@ -113,6 +119,7 @@ enum Reply {
     Answer(u64, Bytes),
     Error(u64),
     Bomb(u64),
+    Huge(u64),
     Corrupt(u64, Bytes),
     /// End the answer stream with an error status.
     Fail,
@@ -134,11 +141,15 @@ impl SutNode for Service {
         &self,
         req: Request<SessionRequest>,
     ) -> Result<Response<SessionReply>, Status> {
-        self.log.sessions.lock().unwrap().push(req.into_inner());
+        let seen = {
+            let mut sessions = self.log.sessions.lock().unwrap();
+            sessions.push(req.into_inner());
+            sessions.len()
+        };
         Ok(Response::new(SessionReply {
             protocol_version: self.b.version,
             node_name: self.b.name.clone(),
-            ready: self.b.ready,
+            ready: self.b.ready && seen > self.b.loading_sessions,
             refusal: self.b.refusal.clone(),
             backend: "fake".into(),
             max_batch_size: 1,
@@ -218,6 +229,7 @@ impl SutNode for Service {
                         let r = match input {
                             _ if b.error_at == Some(n) => Reply::Error(id),
                             _ if b.bomb_at == Some(n) => Reply::Bomb(id),
+                            _ if b.huge_at == Some(n) => Reply::Huge(id),
                             Ok(input) if b.corrupt_at == Some(n) => Reply::Corrupt(id, input),
                             Ok(input) => Reply::Answer(id, input),
                             Err(_) => Reply::Error(id),
@@ -290,6 +302,12 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     n_tokens: if b.first_tokens { N_TOKENS } else { 0 },
                 });
             }
+            Reply::Huge(id) => answers.answers.push(SampleAnswer {
+                id,
+                payload: Bytes::from(vec![7u8; 4 << 20]),
+                codec: Codec::None as i32,
+                n_tokens: 0,
+            }),
             Reply::Bomb(id) => answers.answers.push(SampleAnswer {
                 id,
                 payload: Bytes::from(zstd_bomb()),

@@ -111,7 +111,9 @@ pub enum KserveConfigError {
     BadUpstream(String, String),
     #[error("--kserve-input-shape {0:?}: {1}")]
     BadShape(String, String),
-    #[error("--kserve-timeout must be a positive number of seconds")]
+    #[error(
+        "--kserve-timeout must be a number of seconds, more than 0 and at most a year (31536000)"
+    )]
     BadTimeout,
     #[error("starting the kserve client runtime: {0}")]
     Runtime(std::io::Error),
@@ -153,10 +155,8 @@ impl Kserve {
             .as_deref()
             .map(|s| parse_shape(s).map_err(|e| KserveConfigError::BadShape(s.to_string(), e)))
             .transpose()?;
-        if !(args.kserve_timeout.is_finite() && args.kserve_timeout > 0.0) {
-            return Err(KserveConfigError::BadTimeout);
-        }
-        let timeout = Duration::from_secs_f64(args.kserve_timeout);
+        let timeout =
+            crate::timeout_secs(args.kserve_timeout).ok_or(KserveConfigError::BadTimeout)?;
         let runtime = Runtime::new("kserve").map_err(KserveConfigError::Runtime)?;
         // Plain host:port means no TLS.
         let url = if upstream.contains("://") {

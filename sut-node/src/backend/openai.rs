@@ -112,7 +112,9 @@ pub enum OpenaiConfigError {
     BadUpstream(String, String),
     #[error("--openai-extra-body: {0}")]
     BadExtraBody(String),
-    #[error("--openai-timeout must be a positive number of seconds")]
+    #[error(
+        "--openai-timeout must be a number of seconds, more than 0 and at most a year (31536000)"
+    )]
     BadTimeout,
     #[error("starting the openai client runtime: {0}")]
     Runtime(std::io::Error),
@@ -178,10 +180,8 @@ impl Openai {
                 Err(e) => return Err(OpenaiConfigError::BadExtraBody(e.to_string())),
             },
         };
-        if !(args.openai_timeout.is_finite() && args.openai_timeout > 0.0) {
-            return Err(OpenaiConfigError::BadTimeout);
-        }
-        let timeout = Duration::from_secs_f64(args.openai_timeout);
+        let timeout =
+            crate::timeout_secs(args.openai_timeout).ok_or(OpenaiConfigError::BadTimeout)?;
         let runtime = Runtime::new("openai").map_err(OpenaiConfigError::Runtime)?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

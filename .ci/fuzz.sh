@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# A short run of every fuzz target (fuzz/fuzz_targets: the config parser, the
+# .npy reader, the QUIC frame decoder, the protobuf messages of both
+# directions, the codecs' decoders, the SSE parser), FUZZ_SECONDS each
+# (default 10). Needs a nightly toolchain and cargo-fuzz; they are installed
+# when missing, and the step is skipped, saying so, where they cannot be.
+# For long runs, see docs/fuzzing.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${FUZZ_SECONDS:-10}
+
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    rustup toolchain install nightly --profile minimal >/dev/null 2>&1 || {
+        echo "fuzz: skipped (no nightly toolchain and none could be installed)"
+        exit 0
+    }
+fi
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked >/dev/null 2>&1 || {
+        echo "fuzz: skipped (cargo-fuzz could not be installed)"
+        exit 0
+    }
+fi
+cargo +nightly fuzz build
+for target in $(cargo +nightly fuzz list); do
+    echo "fuzz: $target for ${seconds} s"
+    cargo +nightly fuzz run "$target" -- -max_total_time="$seconds" -rss_limit_mb=2048
+done
+echo "fuzz: every target ran ${seconds} s without a finding"
