@@ -12,6 +12,7 @@ pub use generated::*;
 pub const PROTOCOL_VERSION: u32 = 1;
 
 pub mod benchmarks;
+pub mod host;
 pub mod quic;
 pub mod synthetic;
 pub mod tls;

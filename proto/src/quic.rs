@@ -33,6 +33,10 @@ pub mod stream_type {
     /// once the node accepts the stream (or an error frame if it does not),
     /// then `FromNode` frames.
     pub const INFER: u8 = 4;
+    /// `DescribeRequest` up, `DescribeReply` down.
+    pub const DESCRIBE: u8 = 5;
+    /// `ProbeRequest` up, `ProbeReply` down; frames up to `MAX_DATA_FRAME`.
+    pub const PROBE: u8 = 6;
 }
 
 /// Bytes before each frame's body.

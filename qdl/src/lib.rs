@@ -59,6 +59,7 @@ mod conn;
 mod error;
 mod foreign;
 mod policy;
+pub mod probe;
 mod report;
 mod transport;
 

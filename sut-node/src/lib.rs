@@ -11,6 +11,7 @@ pub mod backend;
 pub mod batcher;
 pub mod codec;
 pub mod config_file;
+pub mod describe;
 mod infer;
 pub mod limits;
 mod listen;

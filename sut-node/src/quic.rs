@@ -226,6 +226,28 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
             .await;
             encoded(m, &mut out)
         }
+        stream_type::DESCRIBE => {
+            let m = control(
+                &mut recv,
+                peer,
+                move |r: tonic::Request<proto::DescribeRequest>| async move {
+                    service.describe(r).await
+                },
+            )
+            .await;
+            encoded(m, &mut out)
+        }
+        stream_type::PROBE => {
+            // Probes carry sample-sized payloads: the data path's limit.
+            let m = control_sized(
+                &mut recv,
+                peer,
+                MAX_DATA_FRAME,
+                move |r: tonic::Request<proto::ProbeRequest>| async move { service.probe(r).await },
+            )
+            .await;
+            encoded(m, &mut out)
+        }
         stream_type::INFER => return infer_stream(send, recv, node, peer).await,
         other => Err(format!("unknown stream type {other}")),
     };
@@ -253,7 +275,22 @@ where
     F: FnOnce(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
 {
-    let mut decoder = FrameDecoder::new(MAX_CONTROL_FRAME);
+    control_sized(recv, peer, MAX_CONTROL_FRAME, handle).await
+}
+
+/// `control` with requests of up to `max` bytes.
+async fn control_sized<Req, Rep, F, Fut>(
+    recv: &mut RecvStream,
+    peer: SocketAddr,
+    max: usize,
+    handle: F,
+) -> Result<Rep, String>
+where
+    Req: Message + Default,
+    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
+{
+    let mut decoder = FrameDecoder::new(max);
     let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT, read_frame(recv, &mut decoder));
     let request: Req = match read.await {
         Ok(Ok(Some(frame))) => frame.decode("request").map_err(|e| e.to_string())?,

@@ -401,6 +401,26 @@ impl SutNode for Service {
         }))
     }
 
+    async fn describe(
+        &self,
+        _: Request<proto::DescribeRequest>,
+    ) -> Result<Response<proto::DescribeReply>, Status> {
+        let node = &self.0;
+        Ok(Response::new(crate::describe::describe(
+            &node.config.name,
+            &node.backend_name,
+        )))
+    }
+
+    async fn probe(
+        &self,
+        request: Request<proto::ProbeRequest>,
+    ) -> Result<Response<proto::ProbeReply>, Status> {
+        crate::describe::probe(request.get_ref())
+            .map(Response::new)
+            .map_err(Status::invalid_argument)
+    }
+
     type InferStream = ReceiverStream<Result<FromNode, Status>>;
 
     async fn infer(

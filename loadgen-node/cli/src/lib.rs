@@ -3,12 +3,16 @@
 //! progress line, the checker of synthetic-backend accuracy runs and the TLS
 //! options.
 
+pub mod audit;
 pub mod benchmarks;
+pub mod compliance;
 pub mod npy;
 #[cfg(feature = "official-loadgen")]
 mod official;
+pub mod preflight;
 pub mod progress;
 pub mod qsl;
 pub mod run;
+pub mod submission;
 pub mod tls;
 pub mod verify;

@@ -5,7 +5,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use loadgen_cli::audit::{audit, AuditArgs};
+use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::run::{run, RunArgs};
+use loadgen_cli::submission::{submission, SubmissionArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
 ///
@@ -13,8 +16,16 @@ use loadgen_cli::run::{run, RunArgs};
 /// --conf), --user-conf, --set, --mode/--scenario, and an audit.config
 /// (--audit-config, or ./audit.config when present, as the official LoadGen).
 #[derive(Parser, Debug)]
-#[command(name = "loadgen-node", about, disable_version_flag = true)]
+#[command(
+    name = "loadgen-node",
+    about,
+    disable_version_flag = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Print the version of loadgen-node and of each engine (for the
     /// official LoadGen: its version and whether its source tree is the
     /// released one).
@@ -25,13 +36,48 @@ struct Cli {
     run: RunArgs,
 }
 
+/// Steps of a submission besides a single run.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Run and verify a compliance audit (TEST01, TEST04, TEST06).
+    ///
+    /// Runs the audit with the run flags, and the reference runs it needs
+    /// when they are missing, then verifies it by the test's published
+    /// rules. --output-dir is the scenario's results directory. Exit status
+    /// 4 when the audit fails.
+    Audit(AuditArgs),
+    /// Measure the network to each sut-node before a run.
+    ///
+    /// Measures round trips, throughput each way with the benchmark's sample
+    /// size, the clock offset, the NICs on both ends and the nodes'
+    /// self-description. Prints a table and writes network.json; with
+    /// --target-qps checks the rules' minimum bandwidth (exit status 5 when
+    /// below); with --system-json fills the system description's
+    /// Network-division fields.
+    Preflight(PreflightArgs),
+    /// Run everything a submission needs from a TOML plan.
+    ///
+    /// Runs the accuracy and performance runs and the required audits of
+    /// each benchmark and scenario, laid out as the submission checker reads
+    /// them; finished runs are kept, so it resumes. Prints what is VALID and
+    /// what is missing, and the official checker's verdict given
+    /// --inference. Exit status 6 when something is missing or failed.
+    Submission(SubmissionArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.version {
         print!("{}", loadgen_cli::run::versions());
         return ExitCode::SUCCESS;
     }
-    match run(&cli.run) {
+    let result = match &cli.command {
+        Some(Command::Audit(args)) => audit(args),
+        Some(Command::Preflight(args)) => preflight(args),
+        Some(Command::Submission(args)) => submission(args),
+        None => run(&cli.run),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("loadgen-node: error: {e:#}");

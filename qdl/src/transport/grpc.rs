@@ -92,6 +92,24 @@ impl GrpcLink {
         Ok(reply.into_inner())
     }
 
+    pub(crate) async fn describe(&self) -> Result<proto::DescribeReply, TransportError> {
+        let reply = self
+            .client
+            .clone()
+            .describe(proto::DescribeRequest {})
+            .await
+            .map_err(status_text)?;
+        Ok(reply.into_inner())
+    }
+
+    pub(crate) async fn probe(
+        &self,
+        req: proto::ProbeRequest,
+    ) -> Result<proto::ProbeReply, TransportError> {
+        let reply = self.client.clone().probe(req).await.map_err(status_text)?;
+        Ok(reply.into_inner())
+    }
+
     pub(crate) async fn open(
         &self,
         outgoing: Outgoing,

@@ -76,6 +76,23 @@ impl Link {
         }
     }
 
+    pub(crate) async fn describe(&self) -> Result<proto::DescribeReply, TransportError> {
+        match self {
+            Link::Grpc(l) => l.describe().await,
+            Link::Quic(l) => l.describe().await,
+        }
+    }
+
+    pub(crate) async fn probe(
+        &self,
+        req: proto::ProbeRequest,
+    ) -> Result<proto::ProbeReply, TransportError> {
+        match self {
+            Link::Grpc(l) => l.probe(req).await,
+            Link::Quic(l) => l.probe(req).await,
+        }
+    }
+
     /// Opens the data stream: the transport sends what `outgoing` yields and
     /// ends the stream when it ends.
     pub(crate) async fn open(&self, outgoing: Outgoing) -> Result<Inbound, TransportError> {

@@ -139,11 +139,38 @@ impl QuicLink {
         self.call(stream_type::START_SESSION, &req).await
     }
 
+    pub(crate) async fn describe(&self) -> Result<proto::DescribeReply, TransportError> {
+        self.call(stream_type::DESCRIBE, &proto::DescribeRequest {})
+            .await
+    }
+
+    pub(crate) async fn probe(
+        &self,
+        req: proto::ProbeRequest,
+    ) -> Result<proto::ProbeReply, TransportError> {
+        self.call_sized(
+            stream_type::PROBE,
+            &req,
+            self.max_message.min(MAX_DATA_FRAME),
+        )
+        .await
+    }
+
     /// One control request on a stream of its own.
     async fn call<Rep: Message + Default>(
         &self,
         kind: u8,
         request: &impl Message,
+    ) -> Result<Rep, TransportError> {
+        self.call_sized(kind, request, MAX_CONTROL_FRAME).await
+    }
+
+    /// `call` with replies of up to `max` bytes.
+    async fn call_sized<Rep: Message + Default>(
+        &self,
+        kind: u8,
+        request: &impl Message,
+        max: usize,
     ) -> Result<Rep, TransportError> {
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(text)?;
         let mut buf = BytesMut::new();
@@ -151,7 +178,7 @@ impl QuicLink {
         encode_message(request, &mut buf).map_err(text)?;
         send.write_chunk(buf.freeze()).await.map_err(text)?;
         send.finish().map_err(text)?;
-        let mut decoder = FrameDecoder::new(MAX_CONTROL_FRAME);
+        let mut decoder = FrameDecoder::new(max);
         match read_frame(&mut recv, &mut decoder).await? {
             Some(Frame::Message(body)) => {
                 Rep::decode(body).map_err(|e| TransportError(format!("undecodable reply: {e}")))

@@ -165,6 +165,24 @@ impl SutNode for Service {
         }))
     }
 
+    async fn describe(
+        &self,
+        _: Request<proto::DescribeRequest>,
+    ) -> Result<Response<proto::DescribeReply>, Status> {
+        Err(Status::unimplemented(
+            "the mock node does not describe itself",
+        ))
+    }
+
+    async fn probe(
+        &self,
+        _: Request<proto::ProbeRequest>,
+    ) -> Result<Response<proto::ProbeReply>, Status> {
+        Err(Status::unimplemented(
+            "the mock node does not answer probes",
+        ))
+    }
+
     type InferStream = UnboundedReceiverStream<Result<FromNode, Status>>;
 
     async fn infer(

@@ -1,0 +1,246 @@
+//! `loadgen-node audit TEST01|TEST04|TEST06`: one compliance audit of one
+//! benchmark and scenario, laid out as the submission checker reads it.
+//!
+//! `--output-dir` is the scenario's results directory. The reference runs go
+//! to `performance/run_1` and `accuracy` (made only when missing), the audit
+//! run and its verification to `TESTxx/`: `audit.config`, `performance/run_1`,
+//! `accuracy`, `verify_accuracy.txt`, `verify_performance.txt`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use loadgen_engine::TestMode;
+
+use crate::compliance::{self, AuditTest, Dtype, Report};
+use crate::run::{run, RunArgs};
+
+/// Exit status of an audit whose verification failed.
+pub const AUDIT_FAILED: u8 = 4;
+
+/// The flags of `loadgen-node audit`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    /// The audit: TEST01, TEST04 or TEST06 (only those the benchmark requires).
+    pub test: AuditTest,
+
+    /// Element type of the answers in the accuracy logs, as the official
+    /// scripts' --dtype [default: byte for TEST01, int32 for TEST06].
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<Dtype>,
+
+    /// TEST06: the tokenizer's end-of-sequence token id.
+    #[arg(long, default_value_t = 2, value_name = "ID")]
+    pub eos_token_id: i64,
+
+    /// Verify the logs already in --output-dir; run nothing.
+    #[arg(long)]
+    pub verify_only: bool,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Runs what the audit needs and verifies it; exit status 4 when the
+/// verification fails.
+pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
+    compliance::check_required(args.test, &args.run.model)?;
+    if args.run.audit_config.is_some() {
+        bail!("--audit-config: the audit writes the official audit.config itself; drop the flag");
+    }
+    let dir = args.run.output_dir.clone();
+    if !args.verify_only {
+        ensure_reference_runs(args.test, &args.run, &dir)?;
+        run_audit(args.test, &args.run, &dir)?;
+    }
+    let reference = accuracy_dir(&dir).join("mlperf_log_accuracy.json");
+    let passed = verify(
+        args.test,
+        &dir,
+        &reference,
+        &args.run,
+        args.dtype,
+        args.eos_token_id,
+    )?;
+    Ok(match passed {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(AUDIT_FAILED),
+    })
+}
+
+/// Where a scenario's results directory keeps each run.
+pub fn performance_dir(dir: &Path) -> PathBuf {
+    dir.join("performance").join("run_1")
+}
+
+pub fn accuracy_dir(dir: &Path) -> PathBuf {
+    dir.join("accuracy")
+}
+
+/// Whether a run's logs are complete in `dir` (it has a summary and a detail
+/// log; an accuracy run also its accuracy log).
+pub fn run_done(dir: &Path, accuracy: bool) -> bool {
+    ["mlperf_log_summary.txt", "mlperf_log_detail.txt"]
+        .iter()
+        .all(|f| dir.join(f).is_file())
+        && (!accuracy || dir.join("mlperf_log_accuracy.json").is_file())
+}
+
+/// One run of `base`'s flags into `out`, in `mode`, with `audit_config`.
+pub fn run_into(
+    base: &RunArgs,
+    out: &Path,
+    mode: Option<TestMode>,
+    audit_config: Option<PathBuf>,
+    what: &str,
+) -> Result<()> {
+    // Without an explicit audit file the runs would pick up ./audit.config.
+    if audit_config.is_none() && Path::new("audit.config").exists() {
+        bail!(
+            "./audit.config exists in the working directory and would turn the {what} run into an audit; \
+             move it away"
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut args = base.clone();
+    args.output_dir = out.to_path_buf();
+    args.mode = mode;
+    args.audit_config = audit_config;
+    eprintln!("loadgen-node: {what} run into {}", out.display());
+    let code = run(&args).with_context(|| format!("the {what} run into {}", out.display()))?;
+    if code != ExitCode::SUCCESS {
+        bail!("the {what} run into {} failed ({code:?})", out.display());
+    }
+    Ok(())
+}
+
+/// The reference runs the audit compares with, made when missing.
+pub fn ensure_reference_runs(test: AuditTest, base: &RunArgs, dir: &Path) -> Result<()> {
+    if matches!(test, AuditTest::Test01 | AuditTest::Test04)
+        && !run_done(&performance_dir(dir), false)
+    {
+        run_into(
+            base,
+            &performance_dir(dir),
+            Some(TestMode::PerformanceOnly),
+            None,
+            "reference performance",
+        )?;
+    }
+    if test == AuditTest::Test01 && !run_done(&accuracy_dir(dir), true) {
+        run_into(
+            base,
+            &accuracy_dir(dir),
+            Some(TestMode::AccuracyOnly),
+            None,
+            "reference accuracy",
+        )?;
+    }
+    Ok(())
+}
+
+/// The audit run: the official settings in `TESTxx/audit.config`, logs in
+/// `TESTxx/performance/run_1`, its accuracy log moved to `TESTxx/accuracy`.
+pub fn run_audit(test: AuditTest, base: &RunArgs, dir: &Path) -> Result<()> {
+    let test_dir = dir.join(test.name());
+    if test_dir.exists() {
+        std::fs::remove_dir_all(&test_dir).with_context(|| {
+            format!("cannot clear the previous audit in {}", test_dir.display())
+        })?;
+    }
+    std::fs::create_dir_all(&test_dir)
+        .with_context(|| format!("cannot create {}", test_dir.display()))?;
+    let config = test_dir.join("audit.config");
+    std::fs::write(&config, compliance::audit_config(test, &base.model))
+        .with_context(|| format!("cannot write {}", config.display()))?;
+    let mut args = base.clone();
+    args.no_trace = true;
+    let perf = performance_dir(&test_dir);
+    run_into(&args, &perf, None, Some(config), test.name())?;
+    if matches!(test, AuditTest::Test01 | AuditTest::Test06) {
+        let acc = accuracy_dir(&test_dir);
+        std::fs::create_dir_all(&acc)
+            .with_context(|| format!("cannot create {}", acc.display()))?;
+        let from = perf.join("mlperf_log_accuracy.json");
+        std::fs::rename(&from, acc.join("mlperf_log_accuracy.json"))
+            .with_context(|| format!("cannot move {}", from.display()))?;
+    }
+    Ok(())
+}
+
+fn write_report(path: &Path, report: &Report) -> Result<()> {
+    std::fs::write(path, report.text()).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Verifies the audit's logs in `dir` by the test's published rules (TEST01
+/// against the accuracy log `reference`), writes the verification files
+/// where the checker reads them and prints what the official script prints.
+/// True when the audit passes.
+pub fn verify(
+    test: AuditTest,
+    dir: &Path,
+    reference: &Path,
+    run: &RunArgs,
+    dtype: Option<Dtype>,
+    eos_token_id: i64,
+) -> Result<bool> {
+    let test_dir = dir.join(test.name());
+    let audit_perf = performance_dir(&test_dir);
+    let audit_acc = accuracy_dir(&test_dir).join("mlperf_log_accuracy.json");
+    let show = |r: &Report| print!("{}", r.text());
+    let passed = match test {
+        AuditTest::Test01 => {
+            let acc =
+                compliance::test01_accuracy(reference, &audit_acc, dtype.unwrap_or(Dtype::Byte))?;
+            let perf = compliance::test01_performance(
+                &performance_dir(dir).join("mlperf_log_detail.txt"),
+                &audit_perf.join("mlperf_log_detail.txt"),
+            )?;
+            write_report(&test_dir.join("verify_accuracy.txt"), &acc)?;
+            write_report(&test_dir.join("verify_performance.txt"), &perf)?;
+            show(&acc);
+            show(&perf);
+            println!("Accuracy check pass: {}", py_bool(acc.passed));
+            println!("Performance check pass: {}", py_bool(perf.passed));
+            println!("TEST01 verification complete");
+            if !acc.passed {
+                println!(
+                    "TEST01: the sampled answers differ from the accuracy run's; a system with \
+                     non-deterministic answers must show equal accuracy on both instead \
+                     (baseline_accuracy.txt, compliance_accuracy.txt)"
+                );
+            }
+            acc.passed && perf.passed
+        }
+        AuditTest::Test04 => {
+            let perf = compliance::test04_performance(
+                &performance_dir(dir).join("mlperf_log_summary.txt"),
+                &audit_perf.join("mlperf_log_summary.txt"),
+            )?;
+            write_report(&test_dir.join("verify_performance.txt"), &perf)?;
+            show(&perf);
+            println!("Performance check pass: {}", py_bool(perf.passed));
+            println!("TEST04 verification complete");
+            perf.passed
+        }
+        AuditTest::Test06 => {
+            let report = compliance::test06(
+                &audit_acc,
+                run.scenario.as_str(),
+                dtype.unwrap_or(Dtype::Int32),
+                eos_token_id,
+            )?;
+            write_report(&test_dir.join("verify_accuracy.txt"), &report)?;
+            show(&report);
+            report.passed
+        }
+    };
+    Ok(passed)
+}
+
+fn py_bool(b: bool) -> &'static str {
+    match b {
+        true => "True",
+        false => "False",
+    }
+}

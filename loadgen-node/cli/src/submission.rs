@@ -1,0 +1,887 @@
+//! `loadgen-node submission plan.toml`: every run a submission needs, in
+//! order (accuracy, performance, the audits each benchmark requires), each
+//! log where the submission checker reads it, resumable (finished runs are
+//! kept), then a table of what is VALID and what is missing, and, given a
+//! checkout of mlcommons/inference, the official checker's verdict.
+//!
+//! The plan (TOML):
+//!
+//! ```toml
+//! system = "my_system"            # results/<system>, systems/<system>.json
+//! submitter = "MyOrg"
+//! division = "network"            # default
+//! output = "submission"           # the tree's root, beside the plan
+//! sut = "node-a:50051,node-b:50051"
+//! engine = "native"               # default; another is passed as --engine
+//! run_flags = ["--connections-per-node", "4"]   # for every run
+//! inference = "/path/to/mlcommons/inference"    # optional: the checker
+//!
+//! [[benchmark]]
+//! model = "resnet50"
+//! scenarios = ["Offline", "Server", "SingleStream", "MultiStream"]
+//! accuracy_command = "python3 accuracy-imagenet.py --mlperf-accuracy-file {accuracy_log} ..."
+//! audit_dtype = "int32"           # TEST01/TEST06 --dtype (default byte/int32)
+//! eos_token_id = 2                # TEST06 (default 2)
+//! [benchmark.settings]            # user.conf settings of every scenario
+//! min_duration = 600000
+//! [benchmark.settings.Offline]    # and of one scenario
+//! target_qps = 20000
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use loadgen_engine::{Scenario, TestMode};
+use serde_json::{json, Map};
+use sha2::{Digest, Sha256};
+
+use crate::audit::{self, accuracy_dir, performance_dir, run_done};
+use crate::compliance::{self, AuditTest, Dtype};
+use crate::preflight::{self, PreflightArgs, PLACEHOLDER};
+use crate::run::RunArgs;
+
+/// The flags of `loadgen-node submission`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SubmissionArgs {
+    /// The plan: system, nodes, benchmarks, scenarios and their settings.
+    pub plan: PathBuf,
+
+    /// A checkout of mlcommons/inference: run its submission checker on the
+    /// tree (overrides the plan's `inference`).
+    #[arg(long, value_name = "DIR")]
+    pub inference: Option<PathBuf>,
+
+    /// Skip the network preflight that fills the system description.
+    #[arg(long)]
+    pub no_preflight: bool,
+}
+
+/// One benchmark of the plan.
+#[derive(Debug, Clone)]
+pub struct PlanBenchmark {
+    pub model: String,
+    /// Its directory name in the tree (the checker's benchmark name).
+    pub benchmark: String,
+    pub scenarios: Vec<Scenario>,
+    pub run_flags: Vec<String>,
+    /// `--set key=value` of each scenario.
+    pub settings: Vec<(Scenario, Vec<String>)>,
+    pub accuracy_command: Option<String>,
+    /// The audits' --dtype and --eos-token-id (TEST01, TEST06).
+    pub audit_dtype: Option<Dtype>,
+    pub eos_token_id: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The plan's directory: relative paths start there.
+    pub base: PathBuf,
+    pub system: String,
+    pub submitter: String,
+    pub division: String,
+    pub output: PathBuf,
+    pub sut: String,
+    pub run_flags: Vec<String>,
+    /// The LoadGen engine of every run; `native` (the default) needs no flag.
+    pub engine: String,
+    pub inference: Option<PathBuf>,
+    pub checker_version: String,
+    pub benchmarks: Vec<PlanBenchmark>,
+}
+
+/// The checker's benchmark name of each model this node knows.
+pub fn checker_benchmark(model: &str) -> Option<&'static str> {
+    Some(match model {
+        "resnet50" => "resnet",
+        "retinanet" => "retinanet",
+        "bert" => "bert-99",
+        "3d-unet" => "3d-unet-99",
+        "llama2-70b" => "llama2-70b-99.9",
+        "llama3.1-8b" => "llama3.1-8b",
+        "deepseek-r1" => "deepseek-r1",
+        "stable-diffusion-xl" => "stable-diffusion-xl",
+        "rgat" => "rgat",
+        "whisper" => "whisper",
+        _ => return None,
+    })
+}
+
+fn strings(v: &toml::Value, what: &str) -> Result<Vec<String>> {
+    let toml::Value::Array(items) = v else {
+        bail!("{what}: expected a list of strings");
+    };
+    items
+        .iter()
+        .map(|i| match i {
+            toml::Value::String(s) => Ok(s.clone()),
+            _ => bail!("{what}: expected a list of strings"),
+        })
+        .collect()
+}
+
+fn setting(key: &str, v: &toml::Value, what: &str) -> Result<String> {
+    let value = match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => u8::from(*b).to_string(),
+        _ => bail!("{what}.{key}: expected a number or a string"),
+    };
+    Ok(format!("{key}={value}"))
+}
+
+impl Plan {
+    /// Reads and checks a plan; errors name the file and the field.
+    pub fn read(path: &Path) -> Result<Plan> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the plan {}", path.display()))?;
+        let name = path.display().to_string();
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        // A bare file name has an empty parent: the current directory.
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        Plan::from_table(&name, base, &table)
+    }
+
+    fn from_table(name: &str, base: &Path, t: &toml::Table) -> Result<Plan> {
+        const KEYS: &[&str] = &[
+            "system",
+            "submitter",
+            "division",
+            "output",
+            "sut",
+            "run_flags",
+            "inference",
+            "checker_version",
+            "benchmark",
+            "engine",
+        ];
+        for k in t.keys() {
+            if !KEYS.contains(&k.as_str()) {
+                bail!("{name}: unknown key `{k}` (known: {})", KEYS.join(", "));
+            }
+        }
+        let text = |k: &str, default: Option<&str>| -> Result<String> {
+            match (t.get(k), default) {
+                (Some(toml::Value::String(s)), _) if !s.trim().is_empty() => Ok(s.clone()),
+                (Some(_), _) => bail!("{name}: `{k}` must be a non-empty string"),
+                (None, Some(d)) => Ok(d.to_string()),
+                (None, None) => bail!("{name}: `{k}` is missing"),
+            }
+        };
+        let division = text("division", Some("network"))?;
+        if !["network", "closed", "open"].contains(&division.as_str()) {
+            bail!("{name}: division `{division}`: expected network, closed or open");
+        }
+        let run_flags = match t.get("run_flags") {
+            Some(v) => strings(v, &format!("{name}: run_flags"))?,
+            None => Vec::new(),
+        };
+        let Some(toml::Value::Array(entries)) = t.get("benchmark") else {
+            bail!("{name}: no [[benchmark]] entries");
+        };
+        let mut benchmarks = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let what = format!("{name}: benchmark {}", i + 1);
+            let toml::Value::Table(e) = e else {
+                bail!("{what}: expected a table");
+            };
+            benchmarks.push(PlanBenchmark::from_table(&what, e)?);
+        }
+        Ok(Plan {
+            base: base.to_path_buf(),
+            system: text("system", None)?,
+            submitter: text("submitter", None)?,
+            division,
+            output: base.join(text("output", Some("submission"))?),
+            sut: text("sut", None)?,
+            run_flags,
+            engine: text("engine", Some("native"))?,
+            inference: t
+                .get("inference")
+                .and_then(|v| v.as_str())
+                .map(PathBuf::from),
+            checker_version: text("checker_version", Some("v6.1"))?,
+            benchmarks,
+        })
+    }
+
+    /// `<output>/<division>/<submitter>`.
+    pub fn root(&self) -> PathBuf {
+        self.output.join(&self.division).join(&self.submitter)
+    }
+
+    /// The results directory of one benchmark and scenario.
+    pub fn scenario_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
+        self.root()
+            .join("results")
+            .join(&self.system)
+            .join(&b.benchmark)
+            .join(s.as_str())
+    }
+
+    /// Where the full accuracy logs of one benchmark and scenario are kept
+    /// once the tree's copies are truncated: beside the plan, outside the
+    /// tree.
+    pub fn full_logs_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
+        self.base
+            .join("accuracy_logs_full")
+            .join(&self.system)
+            .join(&b.benchmark)
+            .join(s.as_str())
+    }
+
+    pub fn system_json(&self) -> PathBuf {
+        self.root()
+            .join("systems")
+            .join(format!("{}.json", self.system))
+    }
+}
+
+impl PlanBenchmark {
+    fn from_table(what: &str, e: &toml::Table) -> Result<PlanBenchmark> {
+        const KEYS: &[&str] = &[
+            "model",
+            "benchmark",
+            "scenarios",
+            "run_flags",
+            "settings",
+            "accuracy_command",
+            "audit_dtype",
+            "eos_token_id",
+        ];
+        for k in e.keys() {
+            if !KEYS.contains(&k.as_str()) {
+                bail!("{what}: unknown key `{k}` (known: {})", KEYS.join(", "));
+            }
+        }
+        let model = match e.get("model") {
+            Some(toml::Value::String(m)) => m.clone(),
+            _ => bail!("{what}: `model` is missing"),
+        };
+        let benchmark = match (e.get("benchmark"), checker_benchmark(&model)) {
+            (Some(toml::Value::String(b)), _) => b.clone(),
+            (Some(_), _) => bail!("{what}: `benchmark` must be a string"),
+            (None, Some(b)) => b.to_string(),
+            (None, None) => bail!(
+                "{what}: unknown benchmark `{model}` (known: {})",
+                crate::benchmarks::names()
+                    .into_iter()
+                    .filter(|m| checker_benchmark(m).is_some())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let scenarios = match e.get("scenarios") {
+            Some(v) => strings(v, &format!("{what}: scenarios"))?
+                .iter()
+                .map(|s| {
+                    s.parse::<Scenario>()
+                        .map_err(|e| anyhow::anyhow!("{what}: scenarios: {s}: {e}"))
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => bail!("{what}: `scenarios` is missing"),
+        };
+        let mut common = Vec::new();
+        let mut per: Vec<(Scenario, Vec<String>)> =
+            scenarios.iter().map(|s| (*s, Vec::new())).collect();
+        if let Some(settings) = e.get("settings") {
+            let toml::Value::Table(settings) = settings else {
+                bail!("{what}: settings: expected a table");
+            };
+            for (k, v) in settings {
+                match v {
+                    toml::Value::Table(t) => {
+                        let s: Scenario = k
+                            .parse()
+                            .map_err(|e| anyhow::anyhow!("{what}: settings.{k}: {e}"))?;
+                        let Some((_, list)) = per.iter_mut().find(|(x, _)| *x == s) else {
+                            bail!("{what}: settings.{k}: not one of this benchmark's scenarios");
+                        };
+                        for (key, value) in t {
+                            list.push(setting(key, value, &format!("{what}: settings.{k}"))?);
+                        }
+                    }
+                    v => common.push(setting(k, v, &format!("{what}: settings"))?),
+                }
+            }
+        }
+        for (_, list) in per.iter_mut() {
+            let own = std::mem::take(list);
+            list.extend(common.iter().cloned());
+            list.extend(own);
+        }
+        Ok(PlanBenchmark {
+            model,
+            benchmark,
+            scenarios,
+            run_flags: match e.get("run_flags") {
+                Some(v) => strings(v, &format!("{what}: run_flags"))?,
+                None => Vec::new(),
+            },
+            settings: per,
+            accuracy_command: e
+                .get("accuracy_command")
+                .and_then(|v| v.as_str())
+                .map(String::from),
+            audit_dtype: match e.get("audit_dtype") {
+                Some(toml::Value::String(d)) => Some(
+                    d.parse()
+                        .map_err(|err| anyhow::anyhow!("{what}: audit_dtype: {err}"))?,
+                ),
+                Some(_) => bail!("{what}: audit_dtype must be a string"),
+                None => None,
+            },
+            eos_token_id: match e.get("eos_token_id") {
+                Some(toml::Value::Integer(i)) => *i,
+                Some(_) => bail!("{what}: eos_token_id must be an integer"),
+                None => 2,
+            },
+        })
+    }
+}
+
+/// Parses the run flags of one scenario as `loadgen-node` would.
+#[derive(Parser)]
+struct RunFlags {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+fn run_args(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<RunArgs> {
+    let mut argv = vec![
+        "loadgen-node".to_string(),
+        "--sut".into(),
+        plan.sut.clone(),
+        "--model".into(),
+        b.model.clone(),
+        "--scenario".into(),
+        s.as_str().into(),
+    ];
+    if plan.engine != "native" {
+        argv.extend(["--engine".to_string(), plan.engine.clone()]);
+    }
+    argv.extend(plan.run_flags.iter().cloned());
+    argv.extend(b.run_flags.iter().cloned());
+    for (scenario, settings) in &b.settings {
+        if *scenario == s {
+            for kv in settings {
+                argv.push("--set".into());
+                argv.push(kv.clone());
+            }
+        }
+    }
+    let flags = RunFlags::try_parse_from(&argv)
+        .map_err(|e| anyhow::anyhow!("{} {s}: run flags: {e}", b.model))?;
+    Ok(flags.run)
+}
+
+/// The state of one benchmark and scenario in the tree.
+struct Row {
+    what: String,
+    cells: Vec<(String, String)>,
+    valid: bool,
+}
+
+fn result_validity(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("mlperf_log_summary.txt"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Result is : ").map(|v| v.trim().to_string()))
+        })
+        .unwrap_or_else(|| "missing".into())
+}
+
+/// The files the checker wants beside the logs: measurements.json, the
+/// user.conf the runs used and a README with the commands.
+fn write_measurements(plan: &Plan, b: &PlanBenchmark, s: Scenario, dir: &Path) -> Result<()> {
+    let settings = b
+        .settings
+        .iter()
+        .find(|(x, _)| *x == s)
+        .map(|(_, l)| l.clone())
+        .unwrap_or_default();
+    let user_conf: String = settings
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| format!("{}.{}.{} = {}\n", b.model, s.as_str(), k, v))
+        .collect();
+    let write = |name: &str, text: String| -> Result<()> {
+        let p = dir.join(name);
+        if p.exists() {
+            return Ok(());
+        }
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
+    };
+    write(
+        "user.conf",
+        match user_conf.is_empty() {
+            true => format!(
+                "# {} {}: no settings beyond mlperf.conf\n",
+                b.model,
+                s.as_str()
+            ),
+            false => user_conf,
+        },
+    )?;
+    let mut cmd = format!(
+        "loadgen-node --sut {} --model {} --scenario {}",
+        plan.sut,
+        b.model,
+        s.as_str()
+    );
+    for f in plan.run_flags.iter().chain(&b.run_flags) {
+        cmd.push(' ');
+        cmd.push_str(f);
+    }
+    write(
+        "README.md",
+        format!(
+            "# {} {}\n\nRun by `loadgen-node submission` with, for each mode:\n\n```sh\n{cmd} --user-conf user.conf\n```\n",
+            b.benchmark,
+            s.as_str()
+        ),
+    )?;
+    let fill = json!(PLACEHOLDER);
+    let measurements = json!({
+        "input_data_types": fill,
+        "retraining": "no",
+        "starting_weights_filename": fill,
+        "weight_data_types": fill,
+        "weight_transformations": fill,
+    });
+    write(
+        "measurements.json",
+        serde_json::to_string_pretty(&measurements)? + "\n",
+    )
+}
+
+/// Runs `command` (with `{accuracy_log}` replaced) on the accuracy log in
+/// `acc` and writes its output to `acc/accuracy.txt`, unless it exists.
+fn accuracy_txt(command: Option<&String>, acc: &Path, what: &str) -> Result<()> {
+    let txt = acc.join("accuracy.txt");
+    let Some(command) = command else {
+        return Ok(());
+    };
+    if txt.exists() {
+        return Ok(());
+    }
+    let log = acc.join("mlperf_log_accuracy.json");
+    let command = command.replace("{accuracy_log}", &log.display().to_string());
+    let out = Command::new("sh")
+        .args(["-c", &command])
+        .output()
+        .with_context(|| format!("{what}: cannot start the accuracy command"))?;
+    if !out.status.success() {
+        bail!(
+            "{what}: the accuracy command failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    std::fs::write(&txt, &out.stdout).with_context(|| format!("cannot write {}", txt.display()))
+}
+
+/// Bytes kept from each end of a truncated accuracy log, and the largest
+/// log the checker accepts.
+const VIEWABLE: usize = 4096;
+const MAX_ACCURACY_LOG: u64 = 10 * 1024;
+
+/// The last step of an accuracy directory, as the submission rules ask:
+/// the full log's SHA-256 appended to accuracy.txt, the full log kept in
+/// `backup`, the log in the tree cut to its first and last 4 KiB. Done once
+/// accuracy.txt exists, and only once.
+fn finalize_accuracy(acc: &Path, backup: &Path) -> Result<()> {
+    let txt = acc.join("accuracy.txt");
+    let log = acc.join("mlperf_log_accuracy.json");
+    let Ok(text) = std::fs::read_to_string(&txt) else {
+        return Ok(());
+    };
+    let hashed = text.lines().any(|l| {
+        l.strip_prefix("hash=")
+            .is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric()))
+    });
+    if hashed {
+        return Ok(());
+    }
+    let data = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
+    std::fs::create_dir_all(backup)
+        .with_context(|| format!("cannot create {}", backup.display()))?;
+    let kept = backup.join("mlperf_log_accuracy.json");
+    std::fs::write(&kept, &data).with_context(|| format!("cannot write {}", kept.display()))?;
+    let hash: String = Sha256::digest(&data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(&txt, format!("{text}\nhash={hash}\n"))
+        .with_context(|| format!("cannot write {}", txt.display()))?;
+    if data.len() as u64 > MAX_ACCURACY_LOG {
+        let mut cut = data[..VIEWABLE].to_vec();
+        cut.extend_from_slice(b"\n\n...\n\n");
+        cut.extend_from_slice(&data[data.len() - VIEWABLE..]);
+        std::fs::write(&log, cut).with_context(|| format!("cannot write {}", log.display()))?;
+    }
+    Ok(())
+}
+
+/// The verdict an audit recorded in its verification files; None when they
+/// are missing.
+fn recorded_verdict(test: AuditTest, test_dir: &Path) -> Option<bool> {
+    let read = |f: &str| std::fs::read_to_string(test_dir.join(f)).ok();
+    let pass = |t: String| t.lines().any(|l| l.trim() == "TEST PASS");
+    Some(match test {
+        AuditTest::Test01 => {
+            pass(read("verify_accuracy.txt")?) && pass(read("verify_performance.txt")?)
+        }
+        AuditTest::Test04 => pass(read("verify_performance.txt")?),
+        AuditTest::Test06 => read("verify_accuracy.txt")?.contains("TEST06 verification complete"),
+    })
+}
+
+/// Runs what is missing of one benchmark and scenario and reports its state.
+fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
+    let dir = plan.scenario_dir(b, s);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let backup = plan.full_logs_dir(b, s);
+    let mut args = run_args(plan, b, s)?;
+    args.no_trace = true;
+    let what = format!("{} {}", b.benchmark, s.as_str());
+    if !run_done(&accuracy_dir(&dir), true) {
+        audit::run_into(
+            &args,
+            &accuracy_dir(&dir),
+            Some(TestMode::AccuracyOnly),
+            None,
+            &format!("{what} accuracy"),
+        )?;
+    }
+    accuracy_txt(b.accuracy_command.as_ref(), &accuracy_dir(&dir), &what)?;
+    if !run_done(&performance_dir(&dir), false) {
+        audit::run_into(
+            &args,
+            &performance_dir(&dir),
+            Some(TestMode::PerformanceOnly),
+            None,
+            &format!("{what} performance"),
+        )?;
+    }
+    write_measurements(plan, b, s, &dir)?;
+    let performance = result_validity(&performance_dir(&dir));
+    let accuracy_done = accuracy_dir(&dir).join("accuracy.txt").exists();
+    let mut valid = performance == "VALID" && accuracy_done;
+    let mut cells = vec![
+        (
+            "accuracy".to_string(),
+            match accuracy_done {
+                true => "done".to_string(),
+                false => "accuracy.txt missing".to_string(),
+            },
+        ),
+        ("performance".to_string(), performance),
+    ];
+    // The reference for TEST01: the full accuracy log, wherever it is now.
+    let reference = match backup.join("mlperf_log_accuracy.json") {
+        kept if kept.exists() => kept,
+        _ => accuracy_dir(&dir).join("mlperf_log_accuracy.json"),
+    };
+    if plan.division != "open" {
+        for test in compliance::required_audits(&b.model) {
+            let test_dir = dir.join(test.name());
+            // A passed audit is kept; a failed or missing one is run again.
+            let passed = match recorded_verdict(test, &test_dir) {
+                Some(true) => true,
+                _ => {
+                    audit::run_audit(test, &args, &dir)?;
+                    audit::verify(test, &dir, &reference, &args, b.audit_dtype, b.eos_token_id)?
+                }
+            };
+            if test == AuditTest::Test01 {
+                let acc = accuracy_dir(&test_dir);
+                accuracy_txt(b.accuracy_command.as_ref(), &acc, &format!("{what} TEST01"))?;
+                finalize_accuracy(&acc, &backup.join("TEST01"))?;
+            }
+            valid &= passed;
+            cells.push((
+                test.name().to_string(),
+                if passed { "PASS" } else { "FAIL" }.to_string(),
+            ));
+        }
+    }
+    finalize_accuracy(&accuracy_dir(&dir), &backup)?;
+    tidy(&dir);
+    Ok(Row { what, cells, valid })
+}
+
+/// Removes the empty trace files of runs made without a trace: the checker
+/// refuses empty files.
+fn tidy(dir: &Path) {
+    let mut dirs = vec![accuracy_dir(dir), performance_dir(dir)];
+    for t in AuditTest::ALL {
+        dirs.push(performance_dir(&dir.join(t.name())));
+    }
+    for d in dirs {
+        let trace = d.join("mlperf_log_trace.json");
+        if std::fs::metadata(&trace).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(trace);
+        }
+    }
+}
+
+/// A system description with every field the checker requires: the known
+/// ones filled, the others marked; kept as it is when it exists.
+fn ensure_system_json(plan: &Plan) -> Result<()> {
+    let path = plan.system_json();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    if path.exists() {
+        return Ok(());
+    }
+    let mut m = Map::new();
+    for k in [
+        "status",
+        "number_of_nodes",
+        "host_processor_model_name",
+        "host_processors_per_node",
+        "host_processor_core_count",
+        "host_memory_capacity",
+        "host_storage_capacity",
+        "host_storage_type",
+        "accelerators_per_node",
+        "accelerator_model_name",
+        "accelerator_memory_capacity",
+        "framework",
+        "other_software_stack",
+        "host_processor_frequency",
+        "host_processor_caches",
+        "host_memory_configuration",
+        "host_processor_interconnect",
+        "host_networking",
+        "host_networking_topology",
+        "accelerator_frequency",
+        "accelerator_host_interconnect",
+        "accelerator_interconnect",
+        "accelerator_interconnect_topology",
+        "accelerator_memory_configuration",
+        "accelerator_on-chip_memories",
+        "cooling",
+        "hw_notes",
+        "sw_notes",
+        "host_network_card_count",
+        "system_type_detail",
+    ] {
+        m.insert(k.into(), json!(PLACEHOLDER));
+    }
+    m.insert("division".into(), json!(plan.division));
+    m.insert("submitter".into(), json!(plan.submitter));
+    m.insert("system_name".into(), json!(plan.system));
+    m.insert("operating_system".into(), json!(proto::host::os_name()));
+    m.insert("system_type".into(), json!("datacenter,edge"));
+    m.insert(
+        "number_of_nodes".into(),
+        json!(plan.sut.split(',').count().to_string()),
+    );
+    preflight::merge_system_json(&path, &m)
+}
+
+fn run_checker(plan: &Plan, inference: &Path) -> Result<bool> {
+    let dir = inference.join("tools").join("submission");
+    if !dir.join("submission_checker").is_dir() {
+        bail!(
+            "{}: not a checkout of mlcommons/inference (no tools/submission/submission_checker)",
+            inference.display()
+        );
+    }
+    let input = std::path::absolute(&plan.output)?;
+    let base = std::path::absolute(&plan.base)?;
+    let out = Command::new("python3")
+        .args(["-m", "submission_checker.main", "--input"])
+        .arg(&input)
+        .args([
+            "--version",
+            &plan.checker_version,
+            "--submitter",
+            &plan.submitter,
+        ])
+        .arg("--csv")
+        .arg(base.join("checker_summary.csv"))
+        .current_dir(&dir)
+        .output()
+        .context("cannot start python3 for the submission checker")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("\nofficial submission checker ({}):", plan.checker_version);
+    for l in text
+        .lines()
+        .filter(|l| l.contains("ERROR") || l.contains("SUMMARY") || l.contains("Results"))
+    {
+        println!("  {l}");
+    }
+    std::fs::write(base.join("checker.log"), &text)?;
+    Ok(text.contains("SUMMARY: submission looks OK"))
+}
+
+/// Runs the plan; exit status 0 when every result is VALID (and the
+/// checker, when run, accepts the tree), 6 otherwise.
+pub fn submission(args: &SubmissionArgs) -> Result<ExitCode> {
+    let plan = Plan::read(&args.plan)?;
+    // Every scenario's flags are checked before the first run.
+    for b in &plan.benchmarks {
+        for s in &b.scenarios {
+            run_args(&plan, b, *s)?;
+        }
+    }
+    ensure_system_json(&plan)?;
+    if !args.no_preflight {
+        let mut argv = vec!["preflight".to_string(), "--sut".into(), plan.sut.clone()];
+        argv.extend([
+            "--model".into(),
+            plan.benchmarks[0].model.clone(),
+            "--seconds".into(),
+            "1".into(),
+        ]);
+        argv.extend([
+            "--output".into(),
+            plan.base.join("network.json").display().to_string(),
+        ]);
+        argv.extend([
+            "--system-json".into(),
+            plan.system_json().display().to_string(),
+        ]);
+        #[derive(Parser)]
+        struct P {
+            #[command(flatten)]
+            p: PreflightArgs,
+        }
+        let p = P::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("preflight: {e}"))?;
+        preflight::preflight(&p.p)?;
+    }
+    let src = plan.root().join("src");
+    std::fs::create_dir_all(&src)?;
+    if !src.join("README.md").exists() {
+        std::fs::write(
+            src.join("README.md"),
+            format!("{PLACEHOLDER} the code and how to run it\n"),
+        )?;
+    }
+    let mut rows = Vec::new();
+    for b in &plan.benchmarks {
+        for s in &b.scenarios {
+            rows.push(scenario(&plan, b, *s)?);
+        }
+    }
+    println!("\n{:<28} state", "result");
+    for r in &rows {
+        let cells = r
+            .cells
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "{:<28} {:<8} {cells}",
+            r.what,
+            if r.valid { "VALID" } else { "MISSING" }
+        );
+    }
+    println!("tree: {}", plan.root().display());
+    let mut ok = rows.iter().all(|r| r.valid);
+    if let Some(inference) = args.inference.as_ref().or(plan.inference.as_ref()) {
+        ok &= run_checker(&plan, inference)?;
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(6)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(text: &str) -> Result<Plan> {
+        let t: toml::Table = toml::from_str(text).unwrap();
+        Plan::from_table("plan.toml", Path::new("/p"), &t)
+    }
+
+    const GOOD: &str = r#"
+system = "sys"
+submitter = "Org"
+sut = "127.0.0.1:1"
+run_flags = ["--sample-bytes", "64"]
+[[benchmark]]
+model = "resnet50"
+scenarios = ["Offline", "Server"]
+[benchmark.settings]
+min_duration = 1000
+[benchmark.settings.Offline]
+target_qps = 2000
+"#;
+
+    #[test]
+    fn a_plan_is_read_with_its_settings() {
+        let p = plan(GOOD).unwrap();
+        assert_eq!(p.output, Path::new("/p/submission"));
+        let b = &p.benchmarks[0];
+        assert_eq!(b.benchmark, "resnet");
+        assert_eq!(
+            b.settings[0],
+            (
+                Scenario::Offline,
+                vec!["min_duration=1000".into(), "target_qps=2000".into()]
+            )
+        );
+        assert_eq!(
+            b.settings[1],
+            (Scenario::Server, vec!["min_duration=1000".into()])
+        );
+        assert_eq!(
+            p.scenario_dir(b, Scenario::Server),
+            Path::new("/p/submission/network/Org/results/sys/resnet/Server")
+        );
+        let args = run_args(&p, b, Scenario::Offline).unwrap();
+        assert_eq!(args.sample_bytes, Some(64));
+        assert_eq!(args.set, ["min_duration=1000", "target_qps=2000"]);
+    }
+
+    #[test]
+    fn bad_plans_are_named() {
+        let err = plan(&GOOD.replace("resnet50", "resnet51"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("plan.toml: benchmark 1: unknown benchmark `resnet51`"),
+            "{err}"
+        );
+        let err = plan(&GOOD.replace("\"Server\"", "\"Sever\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("scenarios: Sever"), "{err}");
+        let err = plan(&GOOD.replace("system = \"sys\"\n", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`system` is missing"), "{err}");
+        let err = plan(&format!("extra = 1\n{GOOD}")).unwrap_err().to_string();
+        assert!(err.contains("unknown key `extra`"), "{err}");
+        let p = plan(&format!("engine = \"other\"\n{GOOD}")).unwrap();
+        let err = run_args(&p, &p.benchmarks[0], Scenario::Offline)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--engine"), "{err}");
+        let p = plan(&GOOD.replace("\"64\"", "\"sixty-four\"")).unwrap();
+        let err = run_args(&p, &p.benchmarks[0], Scenario::Offline)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("run flags"), "{err}");
+    }
+}
