@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 /// One logged sample.
-pub struct AccuracyEntry<'a> {
+pub(crate) struct AccuracyEntry<'a> {
     pub seq_id: u64,
     pub qsl_idx: usize,
     pub data: &'a [u8],
@@ -13,7 +13,7 @@ pub struct AccuracyEntry<'a> {
     pub tokens: Option<(Option<&'a [u8]>, i64)>,
 }
 
-pub struct AccuracyLog<W: Write> {
+pub(crate) struct AccuracyLog<W: Write> {
     out: W,
     entries: u64,
     line: Vec<u8>,
@@ -21,7 +21,7 @@ pub struct AccuracyLog<W: Write> {
 
 impl<W: Write> AccuracyLog<W> {
     /// Writes the opening bracket.
-    pub fn new(mut out: W) -> io::Result<Self> {
+    pub(crate) fn new(mut out: W) -> io::Result<Self> {
         out.write_all(b"[")?;
         Ok(Self {
             out,
@@ -30,7 +30,7 @@ impl<W: Write> AccuracyLog<W> {
         })
     }
 
-    pub fn write(&mut self, e: &AccuracyEntry<'_>) -> io::Result<()> {
+    pub(crate) fn write(&mut self, e: &AccuracyEntry<'_>) -> io::Result<()> {
         let line = &mut self.line;
         line.clear();
         line.extend_from_slice(if self.entries == 0 { b"\n{ " } else { b",\n{ " });
@@ -54,12 +54,12 @@ impl<W: Write> AccuracyLog<W> {
         self.out.write_all(line)
     }
 
-    pub fn entries(&self) -> u64 {
+    pub(crate) fn entries(&self) -> u64 {
         self.entries
     }
 
     /// Writes the closing bracket and returns the writer.
-    pub fn finish(mut self) -> io::Result<W> {
+    pub(crate) fn finish(mut self) -> io::Result<W> {
         self.out.write_all(b"\n]\n")?;
         self.out.flush()?;
         Ok(self.out)

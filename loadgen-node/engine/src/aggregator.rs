@@ -125,7 +125,11 @@ pub(crate) struct Aggregator<A: Write, T: Write> {
 }
 
 impl<A: Write, T: Write> Aggregator<A, T> {
-    pub fn new(accuracy: AccuracyLog<A>, trace: Option<TraceLog<T>>, live: Arc<LiveStats>) -> Self {
+    pub(crate) fn new(
+        accuracy: AccuracyLog<A>,
+        trace: Option<TraceLog<T>>,
+        live: Arc<LiveStats>,
+    ) -> Self {
         Self {
             accuracy,
             trace,
@@ -149,7 +153,7 @@ impl<A: Write, T: Write> Aggregator<A, T> {
 
     /// Processes events until `Finish`; returns the logs to be closed and the
     /// first write error, if any.
-    pub fn run(
+    pub(crate) fn run(
         mut self,
         events: mpsc::Receiver<Event>,
     ) -> (AccuracyLog<A>, Option<TraceLog<T>>, Option<io::Error>) {

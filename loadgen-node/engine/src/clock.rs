@@ -1,5 +1,5 @@
 //! The clocks of a run: the [`Clock`] of the timed path (the monotonic
-//! [`MonoClock`] in real runs, a [`VirtualClock`] in tests), and the wall
+//! `MonoClock` in real runs, a [`VirtualClock`] in tests), and the wall
 //! clock for the dates printed in logs.
 
 use std::cmp::Reverse;
@@ -24,19 +24,19 @@ pub trait Clock: Send + Sync {
 
 /// Monotonic nanoseconds since the start of the test.
 #[derive(Clone, Copy, Debug)]
-pub struct MonoClock {
+pub(crate) struct MonoClock {
     origin: Instant,
 }
 
 impl MonoClock {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self {
             origin: Instant::now(),
         }
     }
 
     #[inline]
-    pub fn now_ns(&self) -> i64 {
+    pub(crate) fn now_ns(&self) -> i64 {
         self.origin.elapsed().as_nanos() as i64
     }
 }
@@ -100,6 +100,7 @@ struct VirtualState {
 }
 
 impl VirtualClock {
+    /// A clock at time 0 with nothing scheduled.
     pub fn new() -> Self {
         Self::default()
     }
@@ -198,7 +199,7 @@ pub fn test_datetime(t: SystemTime) -> String {
 }
 
 /// `power_begin` / `power_end`: UTC, `MM-DD-YYYY HH:MM:SS.mmm`.
-pub fn power_time(t: SystemTime) -> String {
+pub(crate) fn power_time(t: SystemTime) -> String {
     let (tm, ms) = broken_down(t, false);
     format!(
         "{:02}-{:02}-{:04} {:02}:{:02}:{:02}.{:03}",
@@ -213,7 +214,7 @@ pub fn power_time(t: SystemTime) -> String {
 }
 
 /// Wall-clock µs since the Unix epoch (trace origin).
-pub fn unix_us(t: SystemTime) -> f64 {
+pub(crate) fn unix_us(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as f64 / 1000.0
 }
 

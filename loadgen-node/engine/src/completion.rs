@@ -68,7 +68,9 @@ enum Target {
 /// engine runs the test, so that a SUT written against this crate (the QDL)
 /// can serve that LoadGen unchanged.
 pub trait CompletionSink: Send + Sync {
+    /// Samples are answered (LoadGen's `QuerySamplesComplete`).
     fn query_samples_complete(&self, responses: &[QuerySampleResponse<'_>]);
+    /// The first tokens of samples are ready (LoadGen's `FirstTokenComplete`).
     fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]);
     /// The SUT cannot go on: the sink must end the test promptly, with
     /// `reason` on record.

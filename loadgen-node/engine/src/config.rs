@@ -22,10 +22,10 @@ use thiserror::Error;
 use crate::settings::{Scenario, TestMode, TestSettings};
 
 /// The mlperf.conf compiled into the engine; used unless a file replaces it.
-pub const BUILTIN_MLPERF_CONF: &str = include_str!("../mlperf.conf");
+pub(crate) const BUILTIN_MLPERF_CONF: &str = include_str!("../mlperf.conf");
 
 /// Display name of the built-in mlperf.conf in error messages.
-pub const BUILTIN_MLPERF_CONF_NAME: &str = "mlperf.conf (built-in)";
+pub(crate) const BUILTIN_MLPERF_CONF_NAME: &str = "mlperf.conf (built-in)";
 
 /// Which role a config file plays; decides which keys it may set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,45 +46,67 @@ pub enum ConfigError {
     /// The token after a key is not a lone `=`.
     #[error("{file}:{line}: expected 'key = value' with spaces around '=', found `{found}` after key `{key}`")]
     ExpectedEquals {
+        /// The config file.
         file: String,
+        /// 1-based line number.
         line: usize,
+        /// The key as written.
         key: String,
+        /// What follows the key.
         found: String,
     },
     /// A value is not a complete C integer or floating-point number.
     #[error("{file}:{line}: value needs to be integer or double, found `{value}` for key `{key}`{}", comment_hint(.value))]
     NotANumber {
+        /// The config file.
         file: String,
+        /// 1-based line number.
         line: usize,
+        /// The key as written.
         key: String,
+        /// The value as written.
         value: String,
     },
     /// The `mode` key holds something other than 0..=3. All other keys of
     /// the file were still applied and the mode was left unchanged.
     #[error("{file}:{line}: Invalid value passed to Mode key in config: `{key} = {value}` (expected 0 = SubmissionRun, 1 = AccuracyOnly, 2 = PerformanceOnly, 3 = FindPeakPerformance)")]
     InvalidMode {
+        /// The config file.
         file: String,
+        /// 1-based line number.
         line: usize,
+        /// The key as written.
         key: String,
+        /// The value as written.
         value: String,
     },
     /// A value the official LoadGen would accept but that would make the run hang,
     /// overflow or allocate without bound.
     #[error("{file}:{line}: `{key} = {value}` is out of range: {name} must be {accepted}")]
     OutOfRange {
+        /// The config file.
         file: String,
+        /// 1-based line number.
         line: usize,
+        /// The key as written.
         key: String,
+        /// The value as written.
         value: String,
+        /// The setting's name.
         name: &'static str,
+        /// The values the setting accepts.
         accepted: &'static str,
     },
     /// A user.conf key whose last part is no setting LoadGen knows.
     #[error("{file}:{line}: unknown setting `{name}` in key `{key}`; known settings: {}", KEYS.join(", "))]
     UnknownKey {
+        /// The config file.
         file: String,
+        /// 1-based line number.
         line: usize,
+        /// The key as written.
         key: String,
+        /// The setting's name.
         name: String,
     },
     /// Settings that are each in range but together ask for too much.
@@ -92,11 +114,18 @@ pub enum ConfigError {
     TooLarge(String),
     /// The file could not be opened or read.
     #[error("cannot open config file {}: {cause}", .path.display())]
-    NotFound { path: PathBuf, cause: io::Error },
+    NotFound {
+        /// The file asked for.
+        path: PathBuf,
+        /// Why it could not be read.
+        cause: io::Error,
+    },
     /// A file with syntax errors; nothing from it was applied.
     #[error("{}", list_errors(.file, .errors))]
     Invalid {
+        /// The config file.
         file: String,
+        /// Every syntax error of the file.
         errors: Vec<ConfigError>,
     },
 }
@@ -280,6 +309,7 @@ impl ConfigFile {
         self.entries.len()
     }
 
+    /// True when the file sets nothing.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -500,11 +530,11 @@ impl ConfigFile {
 }
 
 /// The longest duration a setting may ask for: a year, in ms.
-pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+pub(crate) const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// The most samples one run may plan to issue in a query (Offline) or in
 /// total (its minimum sample count): their bookkeeping must fit in memory.
-pub const MAX_PLANNED_SAMPLES: f64 = 1e9;
+pub(crate) const MAX_PLANNED_SAMPLES: f64 = 1e9;
 
 /// How a checked value must look.
 #[derive(Clone, Copy)]
@@ -647,7 +677,7 @@ impl ConfigFile {
 
     /// Refuses keys whose last part is no setting LoadGen knows (a typo
     /// would otherwise be ignored silently, as the official LoadGen does).
-    pub fn check_known_keys(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_known_keys(&self) -> Result<(), ConfigError> {
         let mut unknown: Vec<(&String, &Entry)> = self
             .entries
             .iter()
@@ -760,7 +790,7 @@ pub const KEYS: &[&str] = &[
 
 /// Keys the official mlperf.conf holds that LoadGen does not read; a
 /// user.conf copied from it may hold them too.
-pub const UNREAD_KEYS: &[&str] = &["target_duration"];
+pub(crate) const UNREAD_KEYS: &[&str] = &["target_duration"];
 
 /// Keys only an mlperf.conf may set (the rules' seeds and sampling); a
 /// user.conf line with one of them is ignored, as the official LoadGen does.
@@ -791,10 +821,13 @@ pub fn apply_audit(settings: &mut TestSettings, file: &ConfigFile) -> Result<(),
 /// Where the settings of a command-line run come from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SettingsSources {
+    /// The model whose keys apply (`model.Scenario.key`).
     pub model: String,
+    /// The scenario whose keys apply.
     pub scenario: Scenario,
     /// Replaces the built-in mlperf.conf as a whole; `None` = built-in.
     pub mlperf_conf: Option<PathBuf>,
+    /// The user.conf applied over mlperf.conf; `None` = none.
     pub user_conf: Option<PathBuf>,
     /// Wins over any `mode` key of the config files.
     pub mode: Option<TestMode>,

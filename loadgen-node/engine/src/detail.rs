@@ -11,8 +11,11 @@ use crate::number_format::g6;
 pub enum LogValue {
     /// Written between quotes, escaped as the official LoadGen escapes JSON strings.
     Str(String),
+    /// Written as `true` or `false`.
     Bool(bool),
+    /// A signed integer.
     Int(i64),
+    /// An unsigned integer.
     Uint(u64),
     /// Written with `%g`.
     Float(f64),
@@ -114,7 +117,7 @@ impl From<f64> for LogValue {
 
 /// Where in our source a record was emitted (spec Appendix A).
 #[derive(Clone, Copy, Debug)]
-pub struct Location {
+pub(crate) struct Location {
     pub file: &'static str,
     pub line: u32,
 }
@@ -131,7 +134,7 @@ macro_rules! here {
 }
 
 /// Writes detail records and counts warnings and errors for the summary footer.
-pub struct DetailLog<W: Write> {
+pub(crate) struct DetailLog<W: Write> {
     out: W,
     pid: u32,
     warnings: u64,
@@ -140,7 +143,7 @@ pub struct DetailLog<W: Write> {
 }
 
 impl<W: Write> DetailLog<W> {
-    pub fn new(out: W) -> Self {
+    pub(crate) fn new(out: W) -> Self {
         Self {
             out,
             pid: std::process::id(),
@@ -152,7 +155,7 @@ impl<W: Write> DetailLog<W> {
 
     /// Appends one record; `elapsed_ns` is the time since logging started.
     /// Keys starting with `error_` / `warning_` are flagged and counted.
-    pub fn log(
+    pub(crate) fn log(
         &mut self,
         key: &str,
         value: &LogValue,
@@ -189,21 +192,21 @@ impl<W: Write> DetailLog<W> {
         Ok(())
     }
 
-    pub fn warnings(&self) -> u64 {
+    pub(crate) fn warnings(&self) -> u64 {
         self.warnings
     }
 
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.errors
     }
 
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 }
 
 /// OS thread id, as the official LoadGen records it.
-pub fn current_tid() -> i64 {
+pub(crate) fn current_tid() -> i64 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as i64 }
 }

@@ -109,7 +109,7 @@ impl MinPassing {
 
 /// One early-stopping evaluation: its verdict and the summary text.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct EarlyStopping {
+pub(crate) struct EarlyStopping {
     pub met: bool,
     pub text: String,
     /// The percentile estimate (SingleStream/MultiStream), when computed.
@@ -139,7 +139,7 @@ fn discard_count(queries: i64, p: f64) -> Result<(i64, i64), i64> {
 /// SingleStream and MultiStream: the estimate of the `p` percentile over
 /// `latencies` from `queries` queries. SingleStream (`with_p99`) also
 /// estimates the 99th percentile, which never fails the run.
-pub fn percentile_estimate(
+pub(crate) fn percentile_estimate(
     latencies: &LatencyHistogram,
     queries: u64,
     p: f64,
@@ -195,7 +195,7 @@ pub fn percentile_estimate(
 
 /// Server: with `over` latencies above the bound among `queries`, is the
 /// percentile `p` shown to hold?
-pub fn server(over: u64, queries: u64, p: f64) -> EarlyStopping {
+pub(crate) fn server(over: u64, queries: u64, p: f64) -> EarlyStopping {
     let t = over as i64;
     let q = queries as i64;
     let h = MinPassing::new(p).get(t);

@@ -6,7 +6,7 @@
 /// `\u00xx` (lower-case hex); everything else is copied. Text without those
 /// characters is unchanged, so valid logs stay byte-identical, and no string
 /// can end its record or start a forged one.
-pub fn push_json_escaped(out: &mut String, s: &str) {
+pub(crate) fn push_json_escaped(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -26,7 +26,7 @@ pub fn push_json_escaped(out: &mut String, s: &str) {
 }
 
 /// `s` escaped by [`push_json_escaped`].
-pub fn json_escaped(s: &str) -> String {
+pub(crate) fn json_escaped(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     push_json_escaped(&mut out, s);
     out

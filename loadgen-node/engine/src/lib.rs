@@ -1,3 +1,5 @@
+#![warn(missing_docs, unreachable_pub)]
+
 //! The MLPerf Inference LoadGen engine.
 //!
 //! The deterministic core (settings, config files, random streams, loadable
@@ -48,32 +50,32 @@
 //! # Ok::<(), loadgen_engine::runner::RunError>(())
 //! ```
 
-pub mod accuracy_log;
+mod accuracy_log;
 mod aggregator;
 pub mod clock;
-pub mod completion;
+mod completion;
 pub mod config;
 pub mod detail;
-pub mod early_stopping;
-pub mod effective;
-pub mod escape;
+mod early_stopping;
+mod effective;
+mod escape;
 pub mod live;
 pub mod loadable;
 pub mod null_sut;
 pub mod number_format;
 pub mod querygen;
 mod report;
-pub mod results;
-pub mod rng;
+mod results;
+mod rng;
 pub mod runner;
-pub mod sample;
+mod sample;
 mod sequence;
-pub mod settings;
+mod settings;
 pub mod settings_log;
-pub mod stats;
+mod stats;
 pub mod summary;
 pub mod sut;
-pub mod trace;
+mod trace;
 
 pub use completion::{Completer, CompletionSink};
 pub use settings::{EffectiveSettings, Scenario, TestMode, TestSettings};

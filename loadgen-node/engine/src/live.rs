@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 /// How often the completion thread refreshes the running percentile.
 pub(crate) const PERCENTILE_EVERY_NS: i64 = 250_000_000;
 
+/// The live figures, shared between the run and whoever displays them;
+/// read them with [`LiveStats::snapshot`].
 #[derive(Debug, Default)]
 pub struct LiveStats {
     performance: AtomicBool,
@@ -23,18 +25,22 @@ pub struct LiveStats {
 pub struct LiveSnapshot {
     /// True during performance series (accuracy series have no latency goal).
     pub performance: bool,
-    /// Monotonic time of the series start, as [`crate::clock::MonoClock`] counts.
+    /// Monotonic time of the series start, as the engine's monotonic clock counts.
     pub series_start_ns: i64,
+    /// Samples issued so far in the series.
     pub issued: u64,
+    /// Samples completed so far in the series.
     pub completed: u64,
     /// Running latency at the target percentile (0 until measured).
     pub percentile_latency_ns: i64,
+    /// The percentile of the scenario's latency goal (e.g. 0.99).
     pub target_percentile: f64,
     /// The Server latency bound; 0 when the scenario has none.
     pub target_latency_ns: i64,
 }
 
 impl LiveStats {
+    /// The current figures.
     pub fn snapshot(&self) -> LiveSnapshot {
         LiveSnapshot {
             performance: self.performance.load(Ordering::Relaxed),

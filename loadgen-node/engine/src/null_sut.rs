@@ -24,6 +24,7 @@ pub struct NullSut {
 }
 
 impl NullSut {
+    /// A SUT reporting `name` and answering as `answer` says.
     pub fn new(name: impl Into<String>, answer: NullAnswer) -> Self {
         Self {
             name: name.into(),
@@ -95,12 +96,16 @@ fn token_output(index: QuerySampleIndex) -> (Vec<u8>, i64) {
 
 /// A QSL of the given sizes with nothing to load.
 pub struct SizedQsl {
+    /// Name reported to the logs.
     pub name: String,
+    /// Total sample count.
     pub total: usize,
+    /// Performance sample count.
     pub performance: usize,
 }
 
 impl SizedQsl {
+    /// A QSL named "Null QSL" with these counts.
     pub fn new(total: usize, performance: usize) -> Self {
         Self {
             name: "Null QSL".into(),

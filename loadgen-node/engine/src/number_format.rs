@@ -42,17 +42,17 @@ fn strip_zeros(s: &str) -> &str {
 }
 
 /// C `printf("%.2f")`.
-pub fn fixed2(x: f64) -> String {
+pub(crate) fn fixed2(x: f64) -> String {
     format!("{x:.2}")
 }
 
 /// C `printf("%.1f")`.
-pub fn fixed1(x: f64) -> String {
+pub(crate) fn fixed1(x: f64) -> String {
     format!("{x:.1}")
 }
 
 /// C `printf("%f")`.
-pub fn fixed6(x: f64) -> String {
+pub(crate) fn fixed6(x: f64) -> String {
     format!("{x:.6}")
 }
 

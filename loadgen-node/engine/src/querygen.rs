@@ -7,16 +7,21 @@ use crate::rng::{seconds_to_ns, Mt19937};
 use crate::settings::{EffectiveSettings, Scenario};
 use crate::sut::QuerySampleIndex;
 
+/// Which kind of series the queries are for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunKind {
+    /// A timed series, sized by the duration and query-count settings.
     Performance,
+    /// One pass over the loaded samples.
     Accuracy,
 }
 
 /// What a full generation pass produces (logged before issuing).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenerationPlan {
+    /// Queries generated.
     pub query_count: u64,
+    /// Samples over all those queries.
     pub sample_count: u64,
     /// The local samples per query (`generated_samples_per_query`).
     pub samples_per_query: u64,
@@ -203,6 +208,8 @@ enum Shape {
     Offline,
 }
 
+/// Produces a series' queries one at a time, with the official LoadGen's
+/// draws: each query's samples and its scheduled time.
 pub struct QueryGenerator {
     loaded: Vec<QuerySampleIndex>,
     dist_end: usize,
@@ -220,6 +227,7 @@ pub struct QueryGenerator {
 }
 
 impl QueryGenerator {
+    /// The generator of one series over the loaded set `set`.
     pub fn new(eff: &EffectiveSettings, set: &LoadableSet, kind: RunKind) -> Self {
         let p = Params::new(eff, set, kind);
         let loaded = set.samples.clone();

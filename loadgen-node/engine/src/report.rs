@@ -9,7 +9,7 @@ use crate::summary;
 
 /// A performance result, ready to be written.
 #[derive(Clone, Debug)]
-pub struct PerformanceReport {
+pub(crate) struct PerformanceReport {
     pub valid: bool,
     /// Server latency bound(s) held; always true elsewhere.
     pub perf_constraints_met: bool,
@@ -20,7 +20,7 @@ pub struct PerformanceReport {
 }
 
 /// Computes the result of a performance series.
-pub fn build_report(
+pub(crate) fn build_report(
     eff: &EffectiveSettings,
     m: &SeriesMeasurements,
     sut_name: &str,

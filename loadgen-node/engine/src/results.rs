@@ -9,11 +9,11 @@ use crate::settings::{EffectiveSettings, Scenario};
 use crate::stats::LatencyHistogram;
 
 /// The fixed percentiles every report lists.
-pub const PERCENTILES: [f64; 6] = [0.50, 0.90, 0.95, 0.97, 0.99, 0.999];
+pub(crate) const PERCENTILES: [f64; 6] = [0.50, 0.90, 0.95, 0.97, 0.99, 0.999];
 
 /// What one performance series measured. Times are ns from the series start.
 #[derive(Clone, Debug, Default)]
-pub struct SeriesMeasurements {
+pub(crate) struct SeriesMeasurements {
     pub sample_latencies: LatencyHistogram,
     /// MultiStream: one latency per query (its slowest sample).
     pub query_latencies: LatencyHistogram,
@@ -70,53 +70,53 @@ impl Results<'_> {
     }
 
     /// SingleStream QPS including the harness's time between queries.
-    pub fn qps_with_loadgen_overhead(&self) -> f64 {
+    pub(crate) fn qps_with_loadgen_overhead(&self) -> f64 {
         Self::rate(
             self.sample_count.saturating_sub(1) as f64,
             Self::seconds(self.m.final_query_issued_ns),
         )
     }
 
-    pub fn qps_without_loadgen_overhead(&self) -> f64 {
+    pub(crate) fn qps_without_loadgen_overhead(&self) -> f64 {
         Self::rate(1.0, Self::seconds(self.m.sample_latencies.mean()))
     }
 
-    pub fn completed_samples_per_second(&self) -> f64 {
+    pub(crate) fn completed_samples_per_second(&self) -> f64 {
         Self::rate(
             self.sample_count.saturating_sub(1) as f64,
             Self::seconds(self.m.final_query_all_samples_done_ns),
         )
     }
 
-    pub fn scheduled_samples_per_second(&self) -> f64 {
+    pub(crate) fn scheduled_samples_per_second(&self) -> f64 {
         Self::rate(
             self.sample_count.saturating_sub(1) as f64,
             Self::seconds(self.m.final_query_scheduled_ns),
         )
     }
 
-    pub fn samples_per_second(&self) -> f64 {
+    pub(crate) fn samples_per_second(&self) -> f64 {
         Self::rate(
             self.sample_count as f64,
             Self::seconds(self.m.max_latency_ns),
         )
     }
 
-    pub fn tokens_per_second(&self) -> f64 {
+    pub(crate) fn tokens_per_second(&self) -> f64 {
         Self::rate(
             self.m.token_count as f64,
             Self::seconds(self.m.max_latency_ns),
         )
     }
 
-    pub fn completed_tokens_per_second(&self) -> f64 {
+    pub(crate) fn completed_tokens_per_second(&self) -> f64 {
         Self::rate(
             self.m.token_count as f64,
             Self::seconds(self.m.final_query_all_samples_done_ns),
         )
     }
 
-    pub fn tokens_per_second_with_overhead(&self) -> f64 {
+    pub(crate) fn tokens_per_second_with_overhead(&self) -> f64 {
         Self::rate(
             self.m.token_count as f64,
             Self::seconds(self.m.final_query_issued_ns),
@@ -124,14 +124,14 @@ impl Results<'_> {
     }
 
     /// Tokens/s from the mean latency, in seconds (the summary's figure).
-    pub fn tokens_per_second_without_overhead(&self) -> f64 {
+    pub(crate) fn tokens_per_second_without_overhead(&self) -> f64 {
         Self::rate(
             self.m.token_count as f64,
             Self::seconds(self.m.sample_latencies.mean()) * self.sample_count as f64,
         )
     }
 
-    pub fn inferred_tokens_per_second(&self) -> f64 {
+    pub(crate) fn inferred_tokens_per_second(&self) -> f64 {
         let factor = self.eff.token_latency_scaling_factor as f64;
         match self.eff.scenario {
             Scenario::Offline => Self::rate(
@@ -142,7 +142,7 @@ impl Results<'_> {
         }
     }
 
-    pub fn has_perf_constraints(&self) -> bool {
+    pub(crate) fn has_perf_constraints(&self) -> bool {
         self.eff.scenario == Scenario::Server
     }
 }

@@ -6,7 +6,7 @@ const ENGINE_RANGE: u64 = u32::MAX as u64;
 
 /// 32-bit Mersenne Twister seeded like `std::mt19937(seed)` (low 32 bits).
 #[derive(Clone)]
-pub struct Mt19937 {
+pub(crate) struct Mt19937 {
     inner: rand_mt::Mt,
 }
 
@@ -24,7 +24,7 @@ impl Default for Mt19937 {
 }
 
 impl Mt19937 {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         // libstdc++ reduces the seed modulo 2^32; rand_mt's seeding recurrence
         // is the standard one, so the streams are identical.
         Self {
@@ -33,13 +33,13 @@ impl Mt19937 {
     }
 
     #[inline]
-    pub fn next_u32(&mut self) -> u32 {
+    pub(crate) fn next_u32(&mut self) -> u32 {
         self.inner.next_u32()
     }
 
     /// `std::uniform_int_distribution<u64>(lo, hi)` (inclusive).
     #[inline]
-    pub fn uniform_int(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn uniform_int(&mut self, lo: u64, hi: u64) -> u64 {
         lo.wrapping_add(self.uniform_span(hi.wrapping_sub(lo)))
     }
 
@@ -86,7 +86,7 @@ impl Mt19937 {
     }
 
     /// `std::shuffle(v.begin(), v.end(), *this)`.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, v: &mut [T]) {
         let n = v.len();
         if n <= 1 {
             return;
@@ -118,7 +118,7 @@ impl Mt19937 {
 
     /// Consumes exactly the draws `shuffle` makes on `n` elements, without
     /// moving anything (the number of draws never depends on the contents).
-    pub fn skip_shuffle(&mut self, n: usize) {
+    pub(crate) fn skip_shuffle(&mut self, n: usize) {
         if n <= 1 {
             return;
         }
@@ -143,7 +143,7 @@ impl Mt19937 {
 
     /// `std::generate_canonical<double, 53>`: two draws, low word first.
     #[inline]
-    pub fn canonical(&mut self) -> f64 {
+    pub(crate) fn canonical(&mut self) -> f64 {
         let lo = f64::from(self.next_u32());
         let hi = f64::from(self.next_u32());
         let sum = lo + hi * 4_294_967_296.0;
@@ -156,22 +156,23 @@ impl Mt19937 {
         }
     }
 
-    /// `std::uniform_real_distribution<double>(a, b)`.
-    #[inline]
-    pub fn uniform_real(&mut self, a: f64, b: f64) -> f64 {
+    /// `std::uniform_real_distribution<double>(a, b)`; the engine draws
+    /// none, the tests use it to pin `canonical` against libstdc++.
+    #[cfg(test)]
+    pub(crate) fn uniform_real(&mut self, a: f64, b: f64) -> f64 {
         self.canonical() * (b - a) + a
     }
 
     /// `std::exponential_distribution<double>(lambda)`.
     #[inline]
-    pub fn exponential(&mut self, lambda: f64) -> f64 {
+    pub(crate) fn exponential(&mut self, lambda: f64) -> f64 {
         -(1.0 - self.canonical()).ln() / lambda
     }
 }
 
 /// Seconds (f64) to whole nanoseconds, truncating like the official LoadGen.
 #[inline]
-pub fn seconds_to_ns(s: f64) -> i64 {
+pub(crate) fn seconds_to_ns(s: f64) -> i64 {
     (s * 1e9) as i64
 }
 

@@ -36,10 +36,15 @@ use crate::trace::TraceLog;
 /// Where and how the logs are written (`test_settings.h`, `LogSettings`).
 #[derive(Clone, Debug)]
 pub struct LogSettings {
+    /// Directory the logs are written to; created if missing.
     pub outdir: PathBuf,
+    /// Start of every log file name (`mlperf_log_` by default).
     pub prefix: String,
+    /// End of every log file name, after the kind (`summary.txt`, ...).
     pub suffix: String,
+    /// Put the test's start date and time after the prefix.
     pub prefix_with_datetime: bool,
+    /// Write the trace log (`trace.json`); the file is created either way.
     pub enable_trace: bool,
 }
 
@@ -59,6 +64,7 @@ impl Default for LogSettings {
 pub struct AuditConfig {
     /// Shown in the "Found Audit Config file" warning.
     pub name: String,
+    /// The parsed audit.config.
     pub file: ConfigFile,
 }
 
@@ -67,34 +73,51 @@ pub struct AuditConfig {
 pub struct TestOutcome {
     /// The performance result (PerformanceOnly, SubmissionRun, FindPeak).
     pub performance: Option<PerformanceResult>,
+    /// Warnings recorded in the detail log.
     pub warnings: u64,
+    /// Errors recorded in the detail log.
     pub errors: u64,
     /// Set when the run was cut short (SUT failure, bad responses).
     pub run_error: Option<String>,
+    /// Responses written to the accuracy log.
     pub accuracy_entries: u64,
+    /// Path of the summary log.
     pub summary_path: PathBuf,
+    /// Path of the detail log.
     pub detail_path: PathBuf,
+    /// Path of the accuracy log.
     pub accuracy_path: PathBuf,
 }
 
+/// The result of the performance run.
 #[derive(Clone, Debug)]
 pub struct PerformanceResult {
+    /// The result is VALID.
     pub valid: bool,
+    /// The summary log's text, without its warning and error footer.
     pub summary: String,
 }
 
+/// Why a test could not be run or its logs not written.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A log file could not be created or written.
     #[error("cannot write {path}: {source}")]
     Io {
+        /// The log file.
         path: PathBuf,
+        /// The failure.
         source: std::io::Error,
     },
+    /// The log directory could not be created.
     #[error("cannot create the output directory {path}: {source}")]
     OutputDir {
+        /// The directory.
         path: PathBuf,
+        /// The failure.
         source: std::io::Error,
     },
+    /// The thread that records completions could not start or failed.
     #[error("the completion-processing thread failed: {0}")]
     Aggregator(String),
 }

@@ -9,20 +9,25 @@ pub type QuerySampleIndex = usize;
 /// One sample of a query, as handed to the SUT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuerySample {
+    /// Handle to answer with.
     pub id: ResponseId,
+    /// Which sample of the QSL to run.
     pub index: QuerySampleIndex,
 }
 
 /// The SUT's answer for one sample.
 #[derive(Clone, Copy, Debug)]
 pub struct QuerySampleResponse<'a> {
+    /// The [`QuerySample::id`] being answered.
     pub id: ResponseId,
+    /// The output, written to the accuracy log when the sample is logged.
     pub data: &'a [u8],
     /// Number of generated tokens (LLM benchmarks); 0 otherwise.
     pub n_tokens: i64,
 }
 
 impl<'a> QuerySampleResponse<'a> {
+    /// An answer with no token count.
     pub fn new(id: ResponseId, data: &'a [u8]) -> Self {
         Self {
             id,

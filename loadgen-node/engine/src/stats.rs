@@ -16,7 +16,7 @@ const GROUP_LEN: usize = 1 << (EXACT_BITS - 1);
 
 /// A multiset of latencies (ns), queried by rank like a sorted vector.
 #[derive(Clone, Debug, Default)]
-pub struct LatencyHistogram {
+pub(crate) struct LatencyHistogram {
     /// Group 0 holds the exact values; group g > 0 the values whose highest
     /// set bit is `EXACT_BITS + g - 1`. A group is allocated on first use.
     groups: Vec<Vec<u64>>,
@@ -31,19 +31,20 @@ pub struct LatencyHistogram {
 }
 
 impl LatencyHistogram {
-    pub fn new() -> Self {
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// A histogram that also counts, exactly, the latencies `> threshold`.
-    pub fn with_threshold(threshold: i64) -> Self {
+    pub(crate) fn with_threshold(threshold: i64) -> Self {
         Self {
             threshold: Some(threshold),
             ..Self::default()
         }
     }
 
-    pub fn record(&mut self, ns: i64) {
+    pub(crate) fn record(&mut self, ns: i64) {
         if self.count == 0 {
             self.min = ns;
             self.max = ns;
@@ -69,26 +70,26 @@ impl LatencyHistogram {
         self.group_counts[group] += 1;
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count
     }
 
-    pub fn sum(&self) -> i128 {
+    pub(crate) fn sum(&self) -> i128 {
         self.sum
     }
 
     /// Smallest latency, 0 when empty.
-    pub fn min(&self) -> i64 {
+    pub(crate) fn min(&self) -> i64 {
         self.min
     }
 
     /// Largest latency, 0 when empty.
-    pub fn max(&self) -> i64 {
+    pub(crate) fn max(&self) -> i64 {
         self.max
     }
 
     /// Integer mean, as the official LoadGen computes it; 0 when empty.
-    pub fn mean(&self) -> i64 {
+    pub(crate) fn mean(&self) -> i64 {
         if self.count == 0 {
             0
         } else {
@@ -97,13 +98,13 @@ impl LatencyHistogram {
     }
 
     /// Number of latencies above the threshold given at creation.
-    pub fn above_threshold(&self) -> u64 {
+    pub(crate) fn above_threshold(&self) -> u64 {
         self.above
     }
 
     /// The latency at `rank` in ascending order (`sorted[rank]`); ranks past
     /// the end give the maximum, an empty histogram gives 0.
-    pub fn at_rank(&self, rank: u64) -> i64 {
+    pub(crate) fn at_rank(&self, rank: u64) -> i64 {
         if self.count == 0 {
             return 0;
         }
@@ -132,7 +133,7 @@ impl LatencyHistogram {
 
     /// The latency at percentile `p` as the official LoadGen picks it:
     /// `sorted[trunc(count * p)]`.
-    pub fn percentile(&self, p: f64) -> i64 {
+    pub(crate) fn percentile(&self, p: f64) -> i64 {
         self.at_rank((self.count as f64 * p) as u64)
     }
 }

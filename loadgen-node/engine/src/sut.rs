@@ -31,9 +31,15 @@ pub trait SystemUnderTest: Send + Sync {
 
 /// The data set. Loading and unloading happen outside the timed path.
 pub trait QuerySampleLibrary: Send + Sync {
+    /// Name of the library, as logged.
     fn name(&self) -> String;
+    /// Number of samples in the data set; indices run below it.
     fn total_sample_count(&self) -> usize;
+    /// Number of samples that fit in memory at once: the size of each
+    /// loadable set of a performance run.
     fn performance_sample_count(&self) -> usize;
+    /// Bring these samples into memory before queries use them.
     fn load_samples(&self, indices: &[QuerySampleIndex]) -> Result<(), SutError>;
+    /// Release samples loaded before; no query uses them any more.
     fn unload_samples(&self, indices: &[QuerySampleIndex]) -> Result<(), SutError>;
 }

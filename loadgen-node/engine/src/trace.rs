@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-pub struct TraceLog<W: Write> {
+pub(crate) struct TraceLog<W: Write> {
     out: W,
     pid: u32,
     /// Wall-clock time of the trace origin, µs since the Unix epoch.
@@ -13,7 +13,7 @@ pub struct TraceLog<W: Write> {
 }
 
 /// One completed sample, with times relative to the trace origin.
-pub struct SampleSpan {
+pub(crate) struct SampleSpan {
     pub sample_seq: u64,
     pub query_seq: u64,
     pub sample_idx: usize,
@@ -30,7 +30,7 @@ fn us(ns: i64) -> String {
 }
 
 impl<W: Write> TraceLog<W> {
-    pub fn new(mut out: W, origin_unix_us: f64) -> io::Result<Self> {
+    pub(crate) fn new(mut out: W, origin_unix_us: f64) -> io::Result<Self> {
         out.write_all(b"{\"traceEvents\":[\n")?;
         Ok(Self {
             out,
@@ -41,7 +41,7 @@ impl<W: Write> TraceLog<W> {
     }
 
     /// `Sample` async begin/end pair of one completed sample.
-    pub fn sample(&mut self, s: &SampleSpan) -> io::Result<()> {
+    pub(crate) fn sample(&mut self, s: &SampleSpan) -> io::Result<()> {
         let pid = self.pid;
         let line = &mut self.line;
         line.clear();
@@ -66,7 +66,7 @@ impl<W: Write> TraceLog<W> {
     }
 
     /// Server's per-sample `Latency` counter at the scheduled time.
-    pub fn latency_counter(&mut self, s: &SampleSpan) -> io::Result<()> {
+    pub(crate) fn latency_counter(&mut self, s: &SampleSpan) -> io::Result<()> {
         writeln!(
             self.out,
             "{{\"name\":\"Latency\",\"ph\": \"C\",\"pid\":{},\"ts\":{},\"args\":{{ \"issue_delay\":{},\"issue_to_done\":{}}}}},",
@@ -78,7 +78,7 @@ impl<W: Write> TraceLog<W> {
     }
 
     /// `Token` async instant of a first token (non-Server scenarios).
-    pub fn first_token(&mut self, sample_seq: u64, at_ns: i64) -> io::Result<()> {
+    pub(crate) fn first_token(&mut self, sample_seq: u64, at_ns: i64) -> io::Result<()> {
         writeln!(
             self.out,
             "{{\"name\":\"Token\",\"cat\":\"default\",\"ph\":\"n\",\"pid\":{},\"id\":{sample_seq},\"ts\":{},\"args\":{{}}}},",
@@ -88,7 +88,7 @@ impl<W: Write> TraceLog<W> {
     }
 
     /// A complete ("X") span on the calling thread, e.g. `LoadSamples`.
-    pub fn span(
+    pub(crate) fn span(
         &mut self,
         name: &str,
         start_ns: i64,
@@ -108,7 +108,7 @@ impl<W: Write> TraceLog<W> {
     }
 
     /// Writes the footer and returns the writer.
-    pub fn finish(mut self) -> io::Result<W> {
+    pub(crate) fn finish(mut self) -> io::Result<W> {
         write!(
             self.out,
             "{{\"name\":\"LastTrace\"}}\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\n\"ts\":{:.3},\n\"version\":\"MLPerf LoadGen v1.0\"\n}}\n}}\n",
