@@ -1,7 +1,9 @@
-//! The live progress line of long runs: elapsed time, samples issued and
-//! completed, the current completion rate and the running latency at the
-//! target percentile against the bound. Drawn on stderr only when stderr is a
-//! terminal, so logs and pipelines never see it.
+//! Progress of long runs: elapsed time, samples issued and completed, the
+//! completion rate, the running latency at the target percentile against the
+//! bound, and where early stopping stands. On a terminal, one line redrawn
+//! in place on stderr; otherwise (a script, CI) a plain stderr line every
+//! interval, so a run is never silent for minutes. Never on stdout or in the
+//! logs.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,27 +11,33 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use loadgen_engine::early_stopping::{self, Outlook};
 use loadgen_engine::live::{LiveSnapshot, LiveStats};
 
 const REFRESH: Duration = Duration::from_millis(500);
+/// How often the drawing thread looks at the stop flag.
+const TICK: Duration = Duration::from_millis(100);
 
-/// Draws the line until dropped.
+/// Draws until dropped.
 pub struct Progress {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    tty: bool,
 }
 
 impl Progress {
-    /// Starts drawing if stderr is a terminal; otherwise does nothing.
-    pub fn start(live: Arc<LiveStats>) -> Self {
+    /// Starts drawing: the live line if stderr is a terminal, otherwise a
+    /// plain line every `interval`. A zero interval draws nothing.
+    pub fn start(live: Arc<LiveStats>, interval: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         // SAFETY: isatty only inspects the descriptor.
         let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-        let thread = tty.then(|| {
+        let thread = (!interval.is_zero()).then(|| {
             let stop = stop.clone();
-            thread::spawn(move || draw_until(&live, &stop))
+            let every = if tty { REFRESH } else { interval };
+            thread::spawn(move || draw_until(&live, &stop, every, tty))
         });
-        Self { stop, thread }
+        Self { stop, thread, tty }
     }
 }
 
@@ -38,22 +46,31 @@ impl Drop for Progress {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-            eprint!("\r\x1b[2K");
+            if self.tty {
+                eprint!("\r\x1b[2K");
+            }
         }
     }
 }
 
-fn draw_until(live: &LiveStats, stop: &AtomicBool) {
+fn draw_until(live: &LiveStats, stop: &AtomicBool, every: Duration, tty: bool) {
     let mut series = (i64::MIN, Instant::now());
     let mut last = (Instant::now(), 0u64);
+    let mut next = Instant::now() + every;
     while !stop.load(Ordering::Relaxed) {
-        thread::sleep(REFRESH);
+        // Looked at every tick so that a new series' start is seen at once.
+        thread::sleep(TICK.min(every));
         let s = live.snapshot();
         let now = Instant::now();
         if s.series_start_ns != series.0 {
             series = (s.series_start_ns, now);
             last = (now, 0);
+            next = now + every;
         }
+        if now < next {
+            continue;
+        }
+        next = now + every;
         let dt = now.duration_since(last.0).as_secs_f64();
         let rate = if dt > 0.0 {
             s.completed.saturating_sub(last.1) as f64 / dt
@@ -61,8 +78,13 @@ fn draw_until(live: &LiveStats, stop: &AtomicBool) {
             0.0
         };
         last = (now, s.completed);
-        eprint!("\r\x1b[2K{}", line(&s, now.duration_since(series.1), rate));
-        let _ = std::io::stderr().flush();
+        let text = line(&s, now.duration_since(series.1), rate);
+        if tty {
+            eprint!("\r\x1b[2K{text}");
+            let _ = std::io::stderr().flush();
+        } else {
+            eprintln!("loadgen-node: {text}");
+        }
     }
 }
 
@@ -95,7 +117,31 @@ pub fn line(s: &LiveSnapshot, elapsed: Duration, rate: f64) -> String {
             text.push_str(&format!(" (bound {}, {mark})", ms(s.target_latency_ns)));
         }
     }
+    if let Some(es) = outlook(s) {
+        text.push_str("  early stopping: ");
+        text.push_str(&match es {
+            Outlook::Needs(n) => format!("needs {n} more queries"),
+            Outlook::Met {
+                spare_over: Some(n),
+            } => format!("met, {n} more over the bound allowed"),
+            Outlook::Met { spare_over: None } => "met".into(),
+        });
+    }
     text
+}
+
+/// Early stopping of a performance series so far (Server against its
+/// bound; SingleStream and MultiStream by query count).
+fn outlook(s: &LiveSnapshot) -> Option<Outlook> {
+    let p = s.target_percentile;
+    if !s.performance || !(p > 0.0 && p < 1.0) {
+        return None;
+    }
+    Some(if s.target_latency_ns > 0 {
+        early_stopping::server_outlook(s.over_bound, s.queries_completed, p)
+    } else {
+        early_stopping::percentile_outlook(s.queries_completed, p)
+    })
 }
 
 fn ms(ns: i64) -> String {
@@ -123,6 +169,8 @@ mod tests {
             series_start_ns: 0,
             issued: 1000,
             completed: 990,
+            queries_completed: 990,
+            over_bound: 20,
             percentile_latency_ns: 16_000_000,
             target_percentile: 0.99,
             target_latency_ns: 15_000_000,
@@ -130,12 +178,20 @@ mod tests {
         let l = line(&s, Duration::from_millis(12_300), 98_200.0);
         assert_eq!(
             l,
-            "performance   12.3s  issued 1000  completed 990  98.2k/s  p99 16.000 ms (bound 15.000 ms, OVER)"
+            "performance   12.3s  issued 1000  completed 990  98.2k/s  p99 16.000 ms (bound 15.000 ms, OVER)  early stopping: needs 2314 more queries"
         );
+        let met = LiveSnapshot {
+            completed: 100_000,
+            queries_completed: 100_000,
+            over_bound: 3,
+            ..s
+        };
+        assert!(line(&met, Duration::ZERO, 0.0).ends_with(" more over the bound allowed"));
         let acc = LiveSnapshot {
             performance: false,
             ..s
         };
-        assert!(!line(&acc, Duration::ZERO, 0.0).contains("p99"));
+        let l = line(&acc, Duration::ZERO, 0.0);
+        assert!(!l.contains("p99") && !l.contains("early stopping"), "{l}");
     }
 }

@@ -167,6 +167,12 @@ pub struct RunArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_answer_bytes: usize,
 
+    /// Where stderr is not a terminal, print a progress line every this
+    /// many seconds (on a terminal the live line is redrawn twice a second).
+    /// 0: no progress output at all.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub progress_interval: f64,
+
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -189,6 +195,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ..LogSettings::default()
     };
     let live = Arc::new(LiveStats::default());
+    let progress_interval = Duration::try_from_secs_f64(args.progress_interval)
+        .context("--progress-interval must be a number of seconds, 0 or more")?;
 
     if args.sut == "null" {
         let total = args.total_sample_count.unwrap_or(1024);
@@ -204,7 +212,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         let sut = NullSut::new("Null SUT", answer);
         let qsl = SizedQsl::new(total, performance);
         let outcome = {
-            let _progress = Progress::start(live.clone());
+            let _progress = Progress::start(live.clone(), progress_interval);
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
         };
         report(&outcome);
@@ -220,7 +228,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     );
     let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
     let outcome = {
-        let _progress = Progress::start(live.clone());
+        let _progress = Progress::start(live.clone(), progress_interval);
         start_test_with_live(
             &qdl,
             qsl.as_ref(),
