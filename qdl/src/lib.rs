@@ -17,6 +17,7 @@
 //! samples goes silent. Every failure aborts the run through the Completer
 //! with a reason that names the node, so a run never hangs.
 
+pub mod breakdown;
 mod config;
 mod conn;
 mod error;
@@ -29,7 +30,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use compression::wire::wire_name;
@@ -49,7 +50,7 @@ pub use policy::DispatchPolicy;
 pub use proto::Codec;
 
 use conn::{Conn, Receiver, RunState};
-use transport::{Inbound, Link, Outgoing};
+use transport::{Inbound, Link, Outgoing, Queued};
 
 /// How long dropping a `Qdl` waits for the nodes to end their streams after
 /// it ended its own.
@@ -127,7 +128,7 @@ pub struct Qdl {
     /// Connection `c` belongs to node `c / per_node`.
     conns: Vec<Arc<Conn>>,
     per_node: usize,
-    queues: Vec<mpsc::UnboundedSender<ToNode>>,
+    queues: Vec<mpsc::UnboundedSender<Queued>>,
     dispatcher: policy::Dispatcher,
     data: Arc<dyn SampleData>,
     input_codec: Codec,
@@ -162,9 +163,9 @@ impl Drop for IoRuntime {
 struct Opened {
     link: Link,
     session: SessionReply,
-    queue: mpsc::UnboundedSender<ToNode>,
+    queue: mpsc::UnboundedSender<Queued>,
     inbound: Inbound,
-    sent_ids: std_mpsc::Receiver<u64>,
+    sent_ids: std_mpsc::Receiver<(u64, Instant)>,
 }
 
 fn label(addr: &NodeAddr, name: Option<&str>) -> String {
@@ -297,6 +298,20 @@ impl Qdl {
         }
     }
 
+    /// Where the answers' time went so far: per node and over the run.
+    pub fn breakdown(&self) -> breakdown::Breakdown {
+        let mut b = breakdown::Breakdown::default();
+        for (n, node) in self.nodes.iter().enumerate() {
+            let mut t = breakdown::Timings::default();
+            for conn in &self.conns[n * self.per_node..(n + 1) * self.per_node] {
+                t.add(conn.timings());
+            }
+            b.overall.merge(&t);
+            b.nodes.push((node.name.clone(), node.addr.to_string(), t));
+        }
+        b
+    }
+
     fn fail_sample(&self, completer: &Completer, reason: String) {
         self.run.fail(reason.clone());
         // In case the run had already failed for another reason, or is
@@ -376,6 +391,8 @@ impl SystemUnderTest for Qdl {
         if !self.run.attach(completer) {
             return;
         }
+        // One clock read per call: its samples are all sent now.
+        let sent = Instant::now();
         for s in samples {
             let Some(StoredSample {
                 payload,
@@ -412,7 +429,7 @@ impl SystemUnderTest for Qdl {
                     codec: codec as i32,
                 })),
             };
-            if self.queues[c].send(msg).is_err() {
+            if self.queues[c].send((msg, sent)).is_err() {
                 return self.fail_sample(completer, format!("{}: stream closed", conn.label));
             }
         }

@@ -151,6 +151,7 @@ mod tests {
                 payload: payload.clone(),
                 codec: 0,
                 n_tokens: 3,
+                ..SampleAnswer::default()
             }],
             ..FromNode::default()
         };

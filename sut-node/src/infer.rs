@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::Bytes;
 use proto::{to_node, Codec, FirstToken, FromNode, SampleAnswer, SampleError, ToNode};
@@ -74,6 +74,39 @@ pub(crate) struct Job {
     id: u64,
     input: Bytes,
     reply: Arc<Reply>,
+    /// When the reader had its message: the start of the node's time.
+    received: std::time::Instant,
+}
+
+/// An answer's timings as the worker knows them (see `SampleAnswer`).
+#[derive(Clone, Copy, Default)]
+struct Timing {
+    queue_ns: u64,
+    compute_ns: u64,
+    /// When the output was ready, as `mono_ns`: the writer turns it into
+    /// the send duration.
+    ready_at: u64,
+}
+
+impl Timing {
+    fn of(job: &Job, started: std::time::Instant, ready: std::time::Instant) -> Self {
+        Self {
+            queue_ns: nanos(started.saturating_duration_since(job.received)),
+            compute_ns: nanos(ready.saturating_duration_since(started)),
+            ready_at: mono_ns(ready),
+        }
+    }
+}
+
+/// Nanoseconds since the node's first batch runner was made: instants kept
+/// as plain numbers in the outbox's messages.
+fn mono_ns(at: std::time::Instant) -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    nanos(at.saturating_duration_since(*EPOCH.get_or_init(std::time::Instant::now)))
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The way back to one Infer stream.
@@ -111,7 +144,7 @@ impl Reply {
 }
 
 impl Outbox {
-    fn push_output(&mut self, id: u64, output: Output) {
+    fn push_output(&mut self, id: u64, output: Output, timing: Timing) {
         match output {
             Ok(answer) => {
                 self.bytes += answer.payload.len() + ITEM_OVERHEAD;
@@ -121,6 +154,10 @@ impl Outbox {
                     // The writer compresses it, outside the outbox's lock.
                     codec: Codec::None as i32,
                     n_tokens: answer.n_tokens,
+                    node_queue_ns: timing.queue_ns,
+                    node_compute_ns: timing.compute_ns,
+                    // Until the writer sends it: when it was ready.
+                    node_send_ns: timing.ready_at,
                 });
             }
             Err(message) => self.push_error(id, message),
@@ -230,14 +267,18 @@ where
             match next {
                 Ok(Some(ToNode {
                     kind: Some(to_node::Kind::Sample(sample)),
-                })) => match codec::decode_input(sample.codec, sample.payload, max_input) {
-                    Ok(input) => chunk.push(Job {
-                        id: sample.id,
-                        input,
-                        reply: Arc::clone(&reply),
-                    }),
-                    Err(message) => reply.send_error(sample.id, message),
-                },
+                })) => {
+                    let received = std::time::Instant::now();
+                    match codec::decode_input(sample.codec, sample.payload, max_input) {
+                        Ok(input) => chunk.push(Job {
+                            id: sample.id,
+                            input,
+                            reply: Arc::clone(&reply),
+                            received,
+                        }),
+                        Err(message) => reply.send_error(sample.id, message),
+                    }
+                }
                 Ok(Some(ToNode { kind: None })) => {
                     // Likely a newer client's message kind: skip it.
                     if !std::mem::replace(&mut warned_empty, true) {
@@ -322,6 +363,10 @@ async fn write_answers(
         };
         while let Some(mut message) = messages.pop_front() {
             codec::encode_output(output.as_ref(), &mut message);
+            let now = mono_ns(std::time::Instant::now());
+            for a in &mut message.answers {
+                a.node_send_ns = now.saturating_sub(a.node_send_ns);
+            }
             answered += message.answers.len() as u64;
             if tx.send(Ok(message)).await.is_err() {
                 info!(stream, answered, "infer stream closed by the client");
@@ -370,20 +415,24 @@ pub(crate) fn batch_runner(
     outstanding: Arc<AtomicU64>,
 ) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {
     let mut inputs: Vec<Bytes> = Vec::new();
+    mono_ns(std::time::Instant::now()); // the epoch, before any sample
     move |jobs: &mut Vec<Job>, back_to_back| {
         inputs.clear();
         inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
+        let started = std::time::Instant::now();
         let mut sink = Sink {
             jobs,
             answered: vec![false; jobs.len()],
             outstanding: &outstanding,
+            started,
         };
         let info = BatchInfo { back_to_back };
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
+        let ready = std::time::Instant::now();
         let answered = sink.answered;
         let failure = match result {
             Ok(Ok(outputs)) if outputs.len() == jobs.len() => {
-                deliver(jobs, &answered, outputs.into_iter());
+                deliver(jobs, &answered, outputs.into_iter(), started, ready);
                 None
             }
             Ok(Ok(outputs)) => Some(format!(
@@ -400,6 +449,8 @@ pub(crate) fn batch_runner(
                 jobs,
                 &answered,
                 std::iter::repeat_with(|| Err(message.clone())),
+                started,
+                ready,
             );
         }
         let late = answered.iter().filter(|a| !**a).count();
@@ -410,7 +461,13 @@ pub(crate) fn batch_runner(
 /// Appends each job's output to its stream's outbox, locking each stream
 /// once per run of consecutive jobs from it, and wakes the writers. Jobs
 /// already answered (`answered[i]`) are skipped, their outputs dropped.
-fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Output>) {
+fn deliver(
+    jobs: &[Job],
+    answered: &[bool],
+    mut outputs: impl Iterator<Item = Output>,
+    started: std::time::Instant,
+    ready: std::time::Instant,
+) {
     let mut i = 0;
     while i < jobs.len() {
         let reply = &jobs[i].reply;
@@ -418,7 +475,7 @@ fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Ou
         while i < jobs.len() && Arc::ptr_eq(&jobs[i].reply, reply) {
             let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
             if !answered[i] {
-                outbox.push_output(jobs[i].id, output);
+                outbox.push_output(jobs[i].id, output, Timing::of(&jobs[i], started, ready));
                 outbox.pending = outbox.pending.saturating_sub(1);
             }
             i += 1;
@@ -435,6 +492,8 @@ struct Sink<'a> {
     /// Samples answered through `answer_now`.
     answered: Vec<bool>,
     outstanding: &'a AtomicU64,
+    /// When the batch started.
+    started: std::time::Instant,
 }
 
 impl SampleSink for Sink<'_> {
@@ -455,7 +514,8 @@ impl SampleSink for Sink<'_> {
         }
         {
             let mut outbox = job.reply.lock();
-            outbox.push_output(job.id, output.clone());
+            let timing = Timing::of(job, self.started, std::time::Instant::now());
+            outbox.push_output(job.id, output.clone(), timing);
             outbox.pending = outbox.pending.saturating_sub(1);
         }
         job.reply.wake.notify_one();
@@ -483,9 +543,9 @@ mod tests {
 
         outbox.push_first_token(9, Bytes::from_static(b"tok"));
         for id in 0..100 {
-            outbox.push_output(id, answer(id, 8));
+            outbox.push_output(id, answer(id, 8), Timing::default());
         }
-        outbox.push_output(100, Err("bad input".into()));
+        outbox.push_output(100, Err("bad input".into()), Timing::default());
         outbox.take_into(&mut messages);
         assert_eq!(messages.len(), 1);
         let m = &messages[0];
@@ -504,7 +564,7 @@ mod tests {
         let size = 300 << 10;
         for id in 0..10 {
             outbox.push_first_token(id, Bytes::from_static(b"tok"));
-            outbox.push_output(id, answer(id, size));
+            outbox.push_output(id, answer(id, size), Timing::default());
         }
         let mut messages = VecDeque::new();
         outbox.take_into(&mut messages);
@@ -527,7 +587,7 @@ mod tests {
         }
         // A single answer over the budget still goes, alone.
         let mut outbox = Outbox::default();
-        outbox.push_output(1, answer(1, 2 * MAX_FROM_NODE_PAYLOAD));
+        outbox.push_output(1, answer(1, 2 * MAX_FROM_NODE_PAYLOAD), Timing::default());
         outbox.take_into(&mut messages);
         assert_eq!(messages.back().map(|m| m.answers.len()), Some(1));
     }
@@ -570,6 +630,7 @@ mod tests {
             id,
             input: Bytes::from_static(b"x"),
             reply: Arc::clone(&reply),
+            received: std::time::Instant::now(),
         };
         run(&mut vec![job(10), job(11)], false);
         let outbox = reply.lock();
@@ -577,5 +638,56 @@ mod tests {
         assert_eq!(ids, [10, 11]);
         assert_eq!(outbox.pending, 0);
         assert_eq!(outstanding.load(Ordering::Relaxed), 0);
+    }
+
+    /// Takes 20 ms per batch.
+    struct Slow;
+
+    impl Backend for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn warm_up(&self) -> Result<(), crate::backend::BackendError> {
+            Ok(())
+        }
+        fn infer(
+            &self,
+            inputs: &[Bytes],
+            _: BatchInfo,
+            _: &mut dyn SampleSink,
+        ) -> Result<Vec<Output>, crate::backend::BackendError> {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            Ok(inputs.iter().map(|_| answer(1, 1)).collect())
+        }
+    }
+
+    #[test]
+    fn answers_carry_the_nodes_timings() {
+        let reply = Arc::new(Reply::default());
+        reply.lock().pending = 1;
+        let mut run = batch_runner(Arc::new(Slow), Arc::new(AtomicU64::new(1)));
+        let received = std::time::Instant::now() - std::time::Duration::from_millis(10);
+        let before = mono_ns(std::time::Instant::now());
+        run(
+            &mut vec![Job {
+                id: 1,
+                input: Bytes::from_static(b"x"),
+                reply: Arc::clone(&reply),
+                received,
+            }],
+            false,
+        );
+        let after = mono_ns(std::time::Instant::now());
+        let mut messages = VecDeque::new();
+        reply.lock().take_into(&mut messages);
+        let a = &messages[0].answers[0];
+        assert!(a.node_queue_ns >= 10_000_000, "{}", a.node_queue_ns);
+        assert!(a.node_compute_ns >= 20_000_000, "{}", a.node_compute_ns);
+        // Until sent: when the output was ready, on the node's own scale.
+        assert!(
+            (before..=after).contains(&a.node_send_ns),
+            "{}",
+            a.node_send_ns
+        );
     }
 }

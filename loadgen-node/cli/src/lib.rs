@@ -4,6 +4,7 @@
 //! options.
 
 pub mod benchmarks;
+pub mod breakdown;
 pub mod npy;
 #[cfg(feature = "official-loadgen")]
 mod official;

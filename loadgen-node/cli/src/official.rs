@@ -394,6 +394,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         for (k, v) in sut.qdl().report() {
             println!("  {k}: {v}");
         }
+        crate::breakdown::report(&sut.qdl().breakdown(), &args.output_dir);
         sut.finish();
     }
     let mut verified = true;

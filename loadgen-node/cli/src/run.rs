@@ -239,6 +239,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         )?
     };
     report(&outcome);
+    crate::breakdown::report(&qdl.breakdown(), &args.output_dir);
     let mut verified = true;
     if args.verify_synthetic {
         verified = verify_synthetic(&outcome.accuracy_path, qsl.source())?;

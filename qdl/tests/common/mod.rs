@@ -270,13 +270,14 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     payload: encode(&data),
                     codec,
                     n_tokens: if b.first_tokens { N_TOKENS } else { 0 },
+                    ..SampleAnswer::default()
                 });
             }
             Reply::Bomb(id) => answers.answers.push(SampleAnswer {
                 id,
                 payload: Bytes::from(zstd_bomb()),
                 codec: Codec::Zstd as i32,
-                n_tokens: 0,
+                ..SampleAnswer::default()
             }),
             Reply::Corrupt(id, payload) => {
                 let mut frame = out.compress(&proto::synthetic::answer(&payload, ANSWER_LEN));
@@ -288,7 +289,7 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     id,
                     payload: Bytes::from(frame),
                     codec,
-                    n_tokens: 0,
+                    ..SampleAnswer::default()
                 });
             }
             Reply::Error(id) => answers.errors.push(SampleError {
