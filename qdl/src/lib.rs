@@ -112,6 +112,52 @@ impl QdlStats {
     }
 }
 
+/// The QDL's counters and timings, apart from its connections.
+#[derive(Clone)]
+pub struct QdlView {
+    /// (address, name) of each node.
+    nodes: Vec<(NodeAddr, String)>,
+    /// Connection `c` belongs to node `c / per_node`.
+    conns: Vec<Arc<Conn>>,
+    per_node: usize,
+}
+
+impl QdlView {
+    /// Traffic per connection so far.
+    pub fn stats(&self) -> QdlStats {
+        QdlStats {
+            connections: self
+                .conns
+                .iter()
+                .enumerate()
+                .map(|(c, conn)| {
+                    let (addr, name) = &self.nodes[c / self.per_node];
+                    ConnectionStats {
+                        node: addr.clone(),
+                        node_name: name.clone(),
+                        connection: c % self.per_node,
+                        counters: conn.counters(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Where the answers' time went so far: per node and over the run.
+    pub fn breakdown(&self) -> breakdown::Breakdown {
+        let mut b = breakdown::Breakdown::default();
+        for (n, (addr, name)) in self.nodes.iter().enumerate() {
+            let mut t = breakdown::Timings::default();
+            for conn in &self.conns[n * self.per_node..(n + 1) * self.per_node] {
+                t.add(conn.timings());
+            }
+            b.overall.merge(&t);
+            b.nodes.push((name.clone(), addr.to_string(), t));
+        }
+        b
+    }
+}
+
 struct Node {
     addr: NodeAddr,
     name: String,
@@ -279,37 +325,26 @@ impl Qdl {
 
     /// Traffic per connection so far.
     pub fn stats(&self) -> QdlStats {
-        let per_node = self.per_node;
-        QdlStats {
-            connections: self
-                .conns
-                .iter()
-                .enumerate()
-                .map(|(c, conn)| {
-                    let node = &self.nodes[c / per_node];
-                    ConnectionStats {
-                        node: node.addr.clone(),
-                        node_name: node.name.clone(),
-                        connection: c % per_node,
-                        counters: conn.counters(),
-                    }
-                })
-                .collect(),
-        }
+        self.view().stats()
     }
 
     /// Where the answers' time went so far: per node and over the run.
     pub fn breakdown(&self) -> breakdown::Breakdown {
-        let mut b = breakdown::Breakdown::default();
-        for (n, node) in self.nodes.iter().enumerate() {
-            let mut t = breakdown::Timings::default();
-            for conn in &self.conns[n * self.per_node..(n + 1) * self.per_node] {
-                t.add(conn.timings());
-            }
-            b.overall.merge(&t);
-            b.nodes.push((node.name.clone(), node.addr.to_string(), t));
+        self.view().breakdown()
+    }
+
+    /// The counters and timings, readable from anywhere at any time (metrics
+    /// scrapes) without holding the QDL.
+    pub fn view(&self) -> QdlView {
+        QdlView {
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| (n.addr.clone(), n.name.clone()))
+                .collect(),
+            conns: self.conns.clone(),
+            per_node: self.per_node,
         }
-        b
     }
 
     fn fail_sample(&self, completer: &Completer, reason: String) {

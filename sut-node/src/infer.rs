@@ -30,6 +30,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::codec;
+use crate::metrics::NODE as METRICS;
 use crate::server::{stopped, Node};
 
 /// A `FromNode` carrying more payload than this is split, so that a backlog
@@ -269,6 +270,7 @@ where
                     kind: Some(to_node::Kind::Sample(sample)),
                 })) => {
                     let received = std::time::Instant::now();
+                    METRICS.received(sample.codec, sample.payload.len());
                     match codec::decode_input(sample.codec, sample.payload, max_input) {
                         Ok(input) => chunk.push(Job {
                             id: sample.id,
@@ -276,7 +278,10 @@ where
                             reply: Arc::clone(&reply),
                             received,
                         }),
-                        Err(message) => reply.send_error(sample.id, message),
+                        Err(message) => {
+                            METRICS.rejected();
+                            reply.send_error(sample.id, message)
+                        }
                     }
                 }
                 Ok(Some(ToNode { kind: None })) => {
@@ -355,6 +360,7 @@ async fn write_answers(
     let mut last_sent = Instant::now();
     let mut cut_at: Option<Instant> = None;
     let mut answered = 0u64;
+    let _open = METRICS.stream_open();
     loop {
         let (done, pending) = {
             let mut outbox = reply.lock();
@@ -367,6 +373,7 @@ async fn write_answers(
             for a in &mut message.answers {
                 a.node_send_ns = now.saturating_sub(a.node_send_ns);
             }
+            METRICS.sent(&message);
             answered += message.answers.len() as u64;
             if tx.send(Ok(message)).await.is_err() {
                 info!(stream, answered, "infer stream closed by the client");
@@ -429,6 +436,7 @@ pub(crate) fn batch_runner(
         let info = BatchInfo { back_to_back };
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
         let ready = std::time::Instant::now();
+        METRICS.batch(jobs.len(), ready.saturating_duration_since(started));
         let answered = sink.answered;
         let failure = match result {
             Ok(Ok(outputs)) if outputs.len() == jobs.len() => {

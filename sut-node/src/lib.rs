@@ -12,6 +12,7 @@ pub mod batcher;
 pub mod codec;
 pub mod config_file;
 mod infer;
+pub mod metrics;
 pub mod quic;
 pub mod server;
 pub mod tls;

@@ -78,6 +78,11 @@ struct ServeArgs {
     #[command(flatten)]
     net: NetArgs,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port; port 0
+    /// picks a free port, which the ready line shows).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+
     /// Threads of the node's network runtime [default: one per core]. The
     /// backend runs on a thread of its own besides these.
     #[arg(long, value_name = "N",
@@ -378,6 +383,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
     );
     if let Some(quic) = bound.quic_addr {
         ready_line.push_str(&format!(" quic {quic}"));
+    }
+    if let Some(metrics) = &args.metrics {
+        let page_name = name.clone();
+        let at =
+            metrics_endpoint::serve(metrics, move || sut_node::metrics::NODE.render(&page_name))
+                .with_context(|| format!("--metrics {metrics}: cannot listen"))?;
+        ready_line.push_str(&format!(" metrics {at}"));
     }
     let on_ready = move || {
         let mut stdout = std::io::stdout().lock();

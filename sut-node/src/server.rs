@@ -318,6 +318,7 @@ impl SutNode for Service {
         let request = request.into_inner();
         let refusal = refusal(&node.config, &request).unwrap_or_default();
         let ready = node.ready.load(Ordering::Acquire);
+        crate::metrics::NODE.session(refusal.is_empty());
         if refusal.is_empty() {
             info!(
                 %peer,

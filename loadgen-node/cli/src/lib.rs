@@ -5,6 +5,7 @@
 
 pub mod benchmarks;
 pub mod breakdown;
+pub mod metrics;
 pub mod npy;
 #[cfg(feature = "official-loadgen")]
 mod official;

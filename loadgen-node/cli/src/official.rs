@@ -327,6 +327,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         let official = OfficialLoadGen {
             output_dir: args.output_dir.clone(),
         };
+        if let Some(addr) = &args.metrics {
+            crate::metrics::serve(addr, None, Some(qdl.view()))?;
+        }
         let sut = ForeignSut::new(qdl, Arc::new(official));
         let data = qsl.source().clone();
         (

@@ -173,6 +173,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub progress_interval: f64,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics while the run lasts
+    /// (host:port): per node samples issued, completed and outstanding,
+    /// bytes, and latencies; with the native engine, the series' live
+    /// figures too.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -211,6 +218,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         };
         let sut = NullSut::new("Null SUT", answer);
         let qsl = SizedQsl::new(total, performance);
+        if let Some(addr) = &args.metrics {
+            crate::metrics::serve(addr, Some(live.clone()), None)?;
+        }
         let outcome = {
             let _progress = Progress::start(live.clone(), progress_interval);
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
@@ -227,6 +237,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         config.nodes.len()
     );
     let qdl = Qdl::connect(config, qsl.clone()).context("cannot reach the sut-nodes")?;
+    if let Some(addr) = &args.metrics {
+        crate::metrics::serve(addr, Some(live.clone()), Some(qdl.view()))?;
+    }
     let outcome = {
         let _progress = Progress::start(live.clone(), progress_interval);
         start_test_with_live(
