@@ -11,6 +11,7 @@ pub mod npy;
 mod official;
 pub mod progress;
 pub mod qsl;
+pub mod report;
 pub mod run;
 pub mod tls;
 pub mod verify;

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use loadgen_cli::report::ReportArgs;
 use loadgen_cli::run::{run, RunArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -23,6 +24,16 @@ struct Cli {
 
     #[command(flatten)]
     run: RunArgs,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Write the HTML report of an existing output directory (either
+    /// engine's, or the official LoadGen's).
+    Report(ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,7 +42,11 @@ fn main() -> ExitCode {
         print!("{}", loadgen_cli::run::versions());
         return ExitCode::SUCCESS;
     }
-    match run(&cli.run) {
+    let result = match &cli.command {
+        Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| ExitCode::SUCCESS),
+        None => run(&cli.run),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("loadgen-node: error: {e:#}");

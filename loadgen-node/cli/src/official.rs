@@ -398,6 +398,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             println!("  {k}: {v}");
         }
         crate::breakdown::report(&sut.qdl().breakdown(), &args.output_dir);
+        crate::report::after_run(args);
         sut.finish();
     }
     let mut verified = true;

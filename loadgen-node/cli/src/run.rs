@@ -180,6 +180,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
 
+    /// After the run, write a self-contained HTML report of it (latency
+    /// distribution and timeline, breakdown per node, settings, validity);
+    /// `loadgen-node report DIR` makes the same from an output directory.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -226,6 +232,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
         };
         report(&outcome);
+        crate::report::after_run(args);
         return Ok(exit_code(outcome.run_error.is_some(), true));
     }
 
@@ -253,6 +260,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     };
     report(&outcome);
     crate::breakdown::report(&qdl.breakdown(), &args.output_dir);
+    crate::report::after_run(args);
     let mut verified = true;
     if args.verify_synthetic {
         verified = verify_synthetic(&outcome.accuracy_path, qsl.source())?;
