@@ -335,4 +335,36 @@ mod tests {
         assert_eq!(both.part(Part::NodeCompute).quantile(0.5), p50);
         assert_eq!(Histogram::default().quantile(0.99), 0);
     }
+
+    /// The receive task's added cost per answer, measured (release):
+    /// `cargo test -p qdl --release --lib record_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "measurement; run in release with --ignored --nocapture"]
+    fn record_cost() {
+        let c = ConnTimings::new();
+        let n = 10_000_000u64;
+        let start = std::time::Instant::now();
+        for i in 0..n {
+            c.record(&AnswerTimes {
+                total: Duration::from_nanos(50_000 + (i & 0xffff)),
+                decode: Duration::from_nanos(300 + (i & 0xff)),
+                node_queue_ns: 1_000 + (i & 0xfff),
+                node_compute_ns: 20_000 + (i & 0x3fff),
+                node_send_ns: 2_000 + (i & 0x7ff),
+            });
+        }
+        let per = start.elapsed().as_nanos() as f64 / n as f64;
+        let clock = std::time::Instant::now();
+        let mut last = clock;
+        for _ in 0..n {
+            last = std::hint::black_box(std::time::Instant::now());
+        }
+        let per_now = last.duration_since(clock).as_nanos() as f64 / n as f64;
+        let mut t = Timings::default();
+        t.add(&c);
+        assert_eq!(t.answers(), n);
+        println!(
+            "breakdown: {per:.1} ns to record one answer's six parts; Instant::now {per_now:.1} ns"
+        );
+    }
 }
