@@ -134,7 +134,7 @@ pub fn line(s: &LiveSnapshot, elapsed: Duration, rate: f64) -> String {
 /// bound; SingleStream and MultiStream by query count).
 fn outlook(s: &LiveSnapshot) -> Option<Outlook> {
     let p = s.target_percentile;
-    if !s.performance || !(p > 0.0 && p < 1.0) {
+    if !(s.performance && p > 0.0 && p < 1.0) {
         return None;
     }
     Some(if s.target_latency_ns > 0 {
