@@ -270,6 +270,11 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     payload: encode(&data),
                     codec,
                     n_tokens: if b.first_tokens { N_TOKENS } else { 0 },
+                    // Timings as a sut-node reports them, so the QDL
+                    // records every part of the breakdown.
+                    node_queue_ns: 1_000,
+                    node_compute_ns: 2_000,
+                    node_send_ns: 500,
                     ..SampleAnswer::default()
                 });
             }
