@@ -30,7 +30,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::codec;
-use crate::metrics::NODE as METRICS;
+use crate::metrics::{Received, NODE as METRICS};
 use crate::server::{stopped, Node};
 
 /// A `FromNode` carrying more payload than this is split, so that a backlog
@@ -256,6 +256,7 @@ where
     let mut stop = node.stop.clone();
     let max_input = node.config.codecs.max_input_bytes;
     let mut chunk: Vec<Job> = Vec::new();
+    let mut tally = Received::default();
     let mut warned_empty = false;
     'read: loop {
         let mut next = tokio::select! {
@@ -270,7 +271,7 @@ where
                     kind: Some(to_node::Kind::Sample(sample)),
                 })) => {
                     let received = std::time::Instant::now();
-                    METRICS.received(sample.codec, sample.payload.len());
+                    tally.sample(sample.codec, sample.payload.len());
                     match codec::decode_input(sample.codec, sample.payload, max_input) {
                         Ok(input) => chunk.push(Job {
                             id: sample.id,
@@ -279,7 +280,7 @@ where
                             received,
                         }),
                         Err(message) => {
-                            METRICS.rejected();
+                            tally.rejected += 1;
                             reply.send_error(sample.id, message)
                         }
                     }
@@ -305,6 +306,7 @@ where
             }
         }
 
+        METRICS.add_received(&mut tally);
         if !chunk.is_empty() {
             let n = chunk.len();
             reply.lock().pending += n;

@@ -91,16 +91,22 @@ impl NodeMetrics {
         }
     }
 
-    /// A sample message, its payload as received.
-    pub(crate) fn received(&self, codec: i32, bytes: usize) {
-        self.received.fetch_add(1, Ordering::Relaxed);
-        if let Some(i) = codec_index(codec) {
-            self.bytes_in[i].fetch_add(bytes as u64, Ordering::Relaxed);
+    /// Adds what a stream's reader counted since the last call, and
+    /// clears it: once per chunk, so readers on different threads seldom
+    /// touch the shared counters.
+    pub(crate) fn add_received(&self, r: &mut Received) {
+        if r.samples > 0 {
+            self.received.fetch_add(r.samples, Ordering::Relaxed);
         }
-    }
-
-    pub(crate) fn rejected(&self) {
-        self.rejected.fetch_add(1, Ordering::Relaxed);
+        if r.rejected > 0 {
+            self.rejected.fetch_add(r.rejected, Ordering::Relaxed);
+        }
+        for (total, b) in self.bytes_in.iter().zip(r.bytes) {
+            if b > 0 {
+                total.fetch_add(b, Ordering::Relaxed);
+            }
+        }
+        *r = Received::default();
     }
 
     pub(crate) fn batch(&self, size: usize, compute: Duration) {
@@ -129,9 +135,16 @@ impl NodeMetrics {
                     .iter()
                     .map(|t| (t.codec, t.payload.len())),
             );
+        // One addition per codec and message, not per answer.
+        let mut bytes = [0u64; 3];
         for (codec, len) in payloads {
             if let Some(i) = codec_index(codec) {
-                self.bytes_out[i].fetch_add(len as u64, Ordering::Relaxed);
+                bytes[i] += len as u64;
+            }
+        }
+        for (total, b) in self.bytes_out.iter().zip(bytes) {
+            if b > 0 {
+                total.fetch_add(b, Ordering::Relaxed);
             }
         }
     }
@@ -241,6 +254,24 @@ impl NodeMetrics {
     }
 }
 
+/// What one stream's reader received, until added to the node's counters.
+#[derive(Default)]
+pub(crate) struct Received {
+    samples: u64,
+    pub(crate) rejected: u64,
+    bytes: [u64; 3],
+}
+
+impl Received {
+    /// A sample message, its payload as received.
+    pub(crate) fn sample(&mut self, codec: i32, bytes: usize) {
+        self.samples += 1;
+        if let Some(i) = codec_index(codec) {
+            self.bytes[i] += bytes as u64;
+        }
+    }
+}
+
 pub(crate) struct StreamGuard(&'static NodeMetrics);
 
 impl Drop for StreamGuard {
@@ -256,10 +287,14 @@ mod tests {
     #[test]
     fn counts_flow_into_the_page() {
         let m = NodeMetrics::new();
-        m.received(Codec::Zstd as i32, 100);
-        m.received(Codec::None as i32, 10);
-        m.received(Codec::None as i32, 10);
-        m.rejected();
+        let mut r = Received::default();
+        r.sample(Codec::Zstd as i32, 100);
+        r.sample(Codec::None as i32, 10);
+        m.add_received(&mut r);
+        r.sample(Codec::None as i32, 10);
+        r.rejected += 1;
+        m.add_received(&mut r);
+        m.add_received(&mut r); // nothing new
         m.batch(1, Duration::from_micros(300));
         m.sent(&proto::FromNode {
             answers: vec![proto::SampleAnswer {
