@@ -39,9 +39,10 @@ struct Cli {
 enum Command {
     /// Serve inference over gRPC (TCP) and QUIC (UDP) until SIGTERM or SIGINT.
     ///
-    /// Prints `sut-node NAME ready on ADDR (backend B) quic QADDR` on stdout
-    /// once the backend is loaded and warmed up (ADDR: gRPC's address, or
-    /// QUIC's with --no-grpc; ` quic QADDR` only when QUIC is on); the TLS
+    /// Prints `sut-node NAME ready on ADDR (backend B) quic QADDR metrics
+    /// MADDR` on stdout once the backend is loaded and warmed up (ADDR:
+    /// gRPC's address, or QUIC's with --no-grpc; ` quic QADDR` only when
+    /// QUIC is on, ` metrics MADDR` only with --metrics); the TLS
     /// certificate's SHA-256 fingerprint goes to stderr before it. Logs go
     /// to stderr (RUST_LOG, default info).
     Serve(Box<ServeArgs>),

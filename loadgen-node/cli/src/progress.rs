@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use loadgen_engine::early_stopping::{self, Outlook};
 use loadgen_engine::live::{LiveSnapshot, LiveStats};
+use qdl::breakdown::Part;
+use qdl::QdlView;
 
 const REFRESH: Duration = Duration::from_millis(500);
 /// How often the drawing thread looks at the stop flag.
@@ -26,16 +28,44 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Starts drawing: the live line if stderr is a terminal, otherwise a
-    /// plain line every `interval`. A zero interval draws nothing.
+    /// Starts drawing the engine's live figures: the live line if stderr is
+    /// a terminal, otherwise a plain line every `interval`. A zero interval
+    /// draws nothing.
     pub fn start(live: Arc<LiveStats>, interval: Duration) -> Self {
+        let now = Instant::now();
+        Self::with(
+            EngineFigures {
+                live,
+                series: (i64::MIN, now),
+                last: (now, 0),
+            },
+            interval,
+        )
+    }
+
+    /// As `start`, from the QDL's figures alone (an engine that keeps its
+    /// own to itself): samples sent and answered, and the p99 of the QDL's
+    /// send-to-answer time.
+    pub fn network(qdl: QdlView, interval: Duration) -> Self {
+        let now = Instant::now();
+        Self::with(
+            NetworkFigures {
+                qdl,
+                start: now,
+                last: (now, 0),
+            },
+            interval,
+        )
+    }
+
+    fn with(figures: impl Figures, interval: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         // SAFETY: isatty only inspects the descriptor.
         let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
         let thread = (!interval.is_zero()).then(|| {
             let stop = stop.clone();
             let every = if tty { REFRESH } else { interval };
-            thread::spawn(move || draw_until(&live, &stop, every, tty))
+            thread::spawn(move || draw_until(figures, &stop, every, tty))
         });
         Self { stop, thread, tty }
     }
@@ -53,38 +83,99 @@ impl Drop for Progress {
     }
 }
 
-fn draw_until(live: &LiveStats, stop: &AtomicBool, every: Duration, tty: bool) {
-    let mut series = (i64::MIN, Instant::now());
-    let mut last = (Instant::now(), 0u64);
+/// Where the lines come from.
+trait Figures: Send + 'static {
+    /// Looked at every tick; true when a new series began (the interval
+    /// starts again).
+    fn tick(&mut self, _now: Instant) -> bool {
+        false
+    }
+    fn line(&mut self, now: Instant) -> String;
+}
+
+fn draw_until(mut figures: impl Figures, stop: &AtomicBool, every: Duration, tty: bool) {
     let mut next = Instant::now() + every;
     while !stop.load(Ordering::Relaxed) {
-        // Looked at every tick so that a new series' start is seen at once.
         thread::sleep(TICK.min(every));
-        let s = live.snapshot();
         let now = Instant::now();
-        if s.series_start_ns != series.0 {
-            series = (s.series_start_ns, now);
-            last = (now, 0);
+        if figures.tick(now) {
             next = now + every;
         }
         if now < next {
             continue;
         }
         next = now + every;
-        let dt = now.duration_since(last.0).as_secs_f64();
-        let rate = if dt > 0.0 {
-            s.completed.saturating_sub(last.1) as f64 / dt
-        } else {
-            0.0
-        };
-        last = (now, s.completed);
-        let text = line(&s, now.duration_since(series.1), rate);
+        let text = figures.line(now);
         if tty {
             eprint!("\r\x1b[2K{text}");
             let _ = std::io::stderr().flush();
         } else {
             eprintln!("loadgen-node: {text}");
         }
+    }
+}
+
+/// Completions per second since `last`, which becomes (now, completed).
+fn rate(last: &mut (Instant, u64), now: Instant, completed: u64) -> f64 {
+    let dt = now.duration_since(last.0).as_secs_f64();
+    let r = if dt > 0.0 {
+        completed.saturating_sub(last.1) as f64 / dt
+    } else {
+        0.0
+    };
+    *last = (now, completed);
+    r
+}
+
+struct EngineFigures {
+    live: Arc<LiveStats>,
+    /// The series drawn and when it was first seen.
+    series: (i64, Instant),
+    last: (Instant, u64),
+}
+
+impl Figures for EngineFigures {
+    fn tick(&mut self, now: Instant) -> bool {
+        let start = self.live.snapshot().series_start_ns;
+        if start == self.series.0 {
+            return false;
+        }
+        self.series = (start, now);
+        self.last = (now, 0);
+        true
+    }
+
+    fn line(&mut self, now: Instant) -> String {
+        let s = self.live.snapshot();
+        let r = rate(&mut self.last, now, s.completed);
+        line(&s, now.duration_since(self.series.1), r)
+    }
+}
+
+struct NetworkFigures {
+    qdl: QdlView,
+    start: Instant,
+    last: (Instant, u64),
+}
+
+impl Figures for NetworkFigures {
+    fn line(&mut self, now: Instant) -> String {
+        let t = self.qdl.stats().total();
+        let r = rate(&mut self.last, now, t.answers_received);
+        let mut text = format!(
+            "{:>6.1}s  sent {}  answered {}  {}/s",
+            now.duration_since(self.start).as_secs_f64(),
+            t.samples_sent,
+            t.answers_received,
+            si(r)
+        );
+        let total = self.qdl.breakdown().overall;
+        let h = total.part(Part::Total);
+        if h.count() > 0 {
+            let p99 = i64::try_from(h.quantile(0.99)).unwrap_or(i64::MAX);
+            text.push_str(&format!("  p99 {} (QDL send to answer)", ms(p99)));
+        }
+        text
     }
 }
 
