@@ -163,7 +163,7 @@ impl Figures for NetworkFigures {
         let t = self.qdl.stats().total();
         let r = rate(&mut self.last, now, t.answers_received);
         let mut text = format!(
-            "{:>6.1}s  sent {}  answered {}  {}/s",
+            "network {:>6.1}s  sent {}  answered {}  {}/s",
             now.duration_since(self.start).as_secs_f64(),
             t.samples_sent,
             t.answers_received,
