@@ -275,7 +275,6 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     node_queue_ns: 1_000,
                     node_compute_ns: 2_000,
                     node_send_ns: 500,
-                    ..SampleAnswer::default()
                 });
             }
             Reply::Bomb(id) => answers.answers.push(SampleAnswer {
