@@ -59,6 +59,12 @@ fn the_breakdown_shows_each_nodes_compute_and_leaves_the_logs_alone() {
         Some(answers(slow) + answers(fast))
     );
     assert_eq!(slow["answers_without_node_timings"], 0);
+    // Each node's traffic: 64-byte samples, every one answered.
+    for n in [slow, fast] {
+        assert_eq!(n["samples_sent"].as_u64(), Some(answers(n)), "{file}");
+        assert_eq!(n["bytes_sent"].as_u64(), Some(64 * answers(n)), "{file}");
+        assert!(n["bytes_received"].as_u64() > Some(0), "{file}");
+    }
 
     // The node's own clock sees its 2 ms of compute (to 1.6%, and the
     // sleep only overshoots)...

@@ -77,6 +77,7 @@ fn the_report_draws_its_charts_in_a_real_browser() {
     // Polylines with points: really drawn, not empty.
     assert!(!dom.contains("points=\"\""), "an empty series");
     assert!(dom.contains("id=\"validity\""));
+    assert!(dom.contains("<th>bytes sent</th>"), "no per-node traffic");
 
     // From a directory without trace: the detail log's percentiles.
     let out = scratch("report-dir");

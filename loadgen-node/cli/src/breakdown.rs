@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use qdl::breakdown::{Breakdown, Part, Timings};
+use qdl::{Counters, QdlView};
 use serde_json::{json, Value};
 
 /// The file's name in the output directory.
@@ -16,25 +17,41 @@ const QUANTILES: [(&str, f64); 3] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)];
 
 /// Prints the breakdown and writes its file; a file that cannot be written
 /// is reported, and leaves the run's result as it is.
-pub fn report(b: &Breakdown, dir: &Path) {
+pub fn report(qdl: &QdlView, dir: &Path) {
+    let b = qdl.breakdown();
     if b.overall.answers() == 0 {
         return;
     }
-    print!("{}", text(b));
-    if let Err(e) = write(b, dir) {
+    print!("{}", text(&b));
+    if let Err(e) = write(&b, &traffic(qdl), dir) {
         eprintln!("loadgen-node: warning: {e:#}");
     }
 }
 
-pub fn write(b: &Breakdown, dir: &Path) -> Result<PathBuf> {
+/// Each node's traffic, in node order.
+fn traffic(qdl: &QdlView) -> Vec<Counters> {
+    let stats = qdl.stats();
+    let mut out: Vec<(String, Counters)> = Vec::new();
+    for c in stats.connections {
+        match out.last_mut() {
+            Some((name, t)) if *name == c.node_name => *t += c.counters,
+            _ => out.push((c.node_name, c.counters)),
+        }
+    }
+    out.into_iter().map(|(_, t)| t).collect()
+}
+
+/// `traffic`: each node's counters, in the breakdown's node order.
+pub fn write(b: &Breakdown, traffic: &[Counters], dir: &Path) -> Result<PathBuf> {
     let path = dir.join(FILE);
-    let body = serde_json::to_string_pretty(&to_json(b)).context("encoding the breakdown")?;
+    let body =
+        serde_json::to_string_pretty(&to_json(b, traffic)).context("encoding the breakdown")?;
     std::fs::write(&path, body + "\n")
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 
-pub fn to_json(b: &Breakdown) -> Value {
+pub fn to_json(b: &Breakdown, traffic: &[Counters]) -> Value {
     json!({
         "unit": "ns",
         "parts": {
@@ -46,10 +63,16 @@ pub fn to_json(b: &Breakdown) -> Value {
             "qdl_decode": "in the QDL: answer message in hand to decoded",
         },
         "overall": timings_json(&b.overall),
-        "nodes": b.nodes.iter().map(|(name, addr, t)| {
+        "nodes": b.nodes.iter().enumerate().map(|(i, (name, addr, t))| {
             let mut v = timings_json(t);
             v["name"] = json!(name);
             v["address"] = json!(addr);
+            if let Some(c) = traffic.get(i) {
+                v["samples_sent"] = json!(c.samples_sent);
+                v["errors_received"] = json!(c.errors_received);
+                v["bytes_sent"] = json!(c.bytes_sent);
+                v["bytes_received"] = json!(c.bytes_received);
+            }
             v
         }).collect::<Vec<_>>(),
     })

@@ -406,7 +406,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         for (k, v) in sut.qdl().report() {
             println!("  {k}: {v}");
         }
-        crate::breakdown::report(&sut.qdl().breakdown(), &args.output_dir);
+        crate::breakdown::report(&sut.qdl().view(), &args.output_dir);
         crate::report::after_run(args);
         sut.finish();
     }

@@ -259,7 +259,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         )?
     };
     report(&outcome);
-    crate::breakdown::report(&qdl.breakdown(), &args.output_dir);
+    crate::breakdown::report(&qdl.view(), &args.output_dir);
     crate::report::after_run(args);
     let mut verified = true;
     if args.verify_synthetic {
