@@ -32,6 +32,8 @@ pub struct SutNode {
     pub addr: String,
     /// QUIC's address, when the node serves QUIC.
     pub quic: Option<String>,
+    /// The address of its /metrics page, with `--metrics`.
+    pub metrics: Option<String>,
     /// The SHA-256 fingerprint of its TLS certificate, when it has one.
     pub fingerprint: Option<String>,
     child: Child,
@@ -83,6 +85,11 @@ impl SutNode {
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .map(String::from);
+        let metrics = line
+            .split(" metrics ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(String::from);
         // Printed before the ready line, when the node has a certificate.
         let has_tls = quic.is_some() || extra.iter().any(|a| a.starts_with("--tls"));
         let fingerprint = has_tls
@@ -92,6 +99,7 @@ impl SutNode {
             name: name.to_string(),
             addr,
             quic,
+            metrics,
             fingerprint,
             child,
         }

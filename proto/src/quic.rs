@@ -412,6 +412,7 @@ mod tests {
                 payload: Bytes::from_static(b"abcd"),
                 codec: 0,
                 n_tokens: 3,
+                ..SampleAnswer::default()
             }],
             ..FromNode::default()
         };

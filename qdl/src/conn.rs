@@ -2,7 +2,7 @@
 //! turns the node's messages into completions, and the stall watchdog. Also
 //! the run's failure state, shared by every connection.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -16,6 +16,7 @@ use loadgen_engine::{Completer, QuerySampleResponse};
 use proto::{Codec, FromNode};
 use tokio::time::MissedTickBehavior;
 
+use crate::breakdown::{AnswerTimes, ConnTimings};
 use crate::transport::Inbound;
 
 /// Decodes a node's answer (or first token) in the timed path, the one
@@ -200,6 +201,7 @@ pub(crate) struct Conn {
     pub(crate) label: String,
     sent: Padded<SendCounters>,
     received: Padded<ReceiveCounters>,
+    timings: ConnTimings,
 }
 
 impl Conn {
@@ -208,7 +210,12 @@ impl Conn {
             label,
             sent: Padded::default(),
             received: Padded::default(),
+            timings: ConnTimings::new(),
         }
+    }
+
+    pub(crate) fn timings(&self) -> &ConnTimings {
+        &self.timings
     }
 
     /// Counted before the sample is queued, so the answer cannot be counted
@@ -281,7 +288,8 @@ impl Hasher for IdHasher {
     }
 }
 
-type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+/// Ids in flight and when each was sent.
+type IdMap = HashMap<u64, Instant, BuildHasherDefault<IdHasher>>;
 
 /// The receive side of one connection.
 pub(crate) struct Receiver {
@@ -289,10 +297,12 @@ pub(crate) struct Receiver {
     run: Arc<RunState>,
     inbound: Inbound,
     /// Ids the transport took for sending (see `transport::Outgoing`).
-    sent_ids: std_mpsc::Receiver<u64>,
-    in_flight: IdSet,
+    sent_ids: std_mpsc::Receiver<(u64, Instant)>,
+    in_flight: IdMap,
     /// Largest decoded answer or first token.
     max_answer: usize,
+    /// When each answer of the message in hand was sent (kept to reuse).
+    sent_at: Vec<Instant>,
 }
 
 impl Receiver {
@@ -300,7 +310,7 @@ impl Receiver {
         conn: Arc<Conn>,
         run: Arc<RunState>,
         inbound: Inbound,
-        sent_ids: std_mpsc::Receiver<u64>,
+        sent_ids: std_mpsc::Receiver<(u64, Instant)>,
         max_answer: usize,
     ) -> Self {
         Self {
@@ -308,8 +318,9 @@ impl Receiver {
             run,
             inbound,
             sent_ids,
-            in_flight: IdSet::default(),
+            in_flight: IdMap::default(),
             max_answer,
+            sent_at: Vec::new(),
         }
     }
 
@@ -319,7 +330,7 @@ impl Receiver {
         let reason = loop {
             match self.inbound.next().await {
                 Ok(Some(msg)) => {
-                    if let Err(reason) = self.handle(msg) {
+                    if let Err(reason) = self.handle(msg, Instant::now()) {
                         break reason;
                     }
                 }
@@ -332,15 +343,16 @@ impl Receiver {
         }
     }
 
-    fn handle(&mut self, mut msg: FromNode) -> Result<(), String> {
+    /// `arrived`: when the message was in hand.
+    fn handle(&mut self, mut msg: FromNode, arrived: Instant) -> Result<(), String> {
         let counters = &self.conn.received;
         counters.messages.fetch_add(1, Ordering::Relaxed);
         if msg.first_tokens.is_empty() && msg.answers.is_empty() && msg.errors.is_empty() {
             return Ok(()); // a heartbeat: counting it is all the watchdog needs
         }
         // Every id the node can know of was queued here before it was sent.
-        while let Ok(id) = self.sent_ids.try_recv() {
-            self.in_flight.insert(id);
+        while let Ok((id, sent)) = self.sent_ids.try_recv() {
+            self.in_flight.insert(id, sent);
         }
         let max = self.max_answer;
         // Bytes are counted before the completion, so that a test that has
@@ -353,7 +365,7 @@ impl Receiver {
         if !msg.first_tokens.is_empty() {
             let (mut bytes, mut decoded) = (0u64, 0u64);
             for t in &mut msg.first_tokens {
-                if !self.in_flight.contains(&t.id) {
+                if !self.in_flight.contains_key(&t.id) {
                     return Err(never_sent("a first token", t.id));
                 }
                 bytes += t.payload.len() as u64;
@@ -375,16 +387,19 @@ impl Receiver {
 
         if !msg.answers.is_empty() {
             let (mut bytes, mut decoded) = (0u64, 0u64);
+            self.sent_at.clear();
             for a in &mut msg.answers {
-                if !self.in_flight.remove(&a.id) {
+                let Some(sent) = self.in_flight.remove(&a.id) else {
                     return Err(never_sent("an answer", a.id));
-                }
+                };
+                self.sent_at.push(sent);
                 bytes += a.payload.len() as u64;
                 a.payload = decode_wire(a.codec, std::mem::take(&mut a.payload), max)
                     .map_err(|e| format!("answer for response id {}: {e}", a.id))?;
                 decoded += a.payload.len() as u64;
             }
             count(bytes, decoded);
+            let ready = Instant::now();
             // All answers of one message in one call: one timestamp, one
             // hand-off to the engine.
             let responses: Vec<QuerySampleResponse<'_>> = msg
@@ -400,6 +415,16 @@ impl Receiver {
             let n = responses.len() as u64;
             counters.answers.fetch_add(n, Ordering::Relaxed);
             counters.done.fetch_add(n, Ordering::Relaxed);
+            // Recorded once the engine has its answers.
+            for (a, sent) in msg.answers.iter().zip(&self.sent_at) {
+                self.conn.timings.record(&AnswerTimes {
+                    total: ready.saturating_duration_since(*sent),
+                    decode: ready.saturating_duration_since(arrived),
+                    node_queue_ns: a.node_queue_ns,
+                    node_compute_ns: a.node_compute_ns,
+                    node_send_ns: a.node_send_ns,
+                });
+            }
         }
 
         if let Some(e) = msg.errors.first() {
@@ -493,6 +518,7 @@ pub(crate) async fn watchdog(conn: Arc<Conn>, run: Arc<RunState>, deadlines: Dea
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn answers_decode_within_the_limit() {

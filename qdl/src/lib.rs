@@ -54,6 +54,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod breakdown;
 mod config;
 mod conn;
 mod error;
@@ -87,7 +88,7 @@ pub use policy::DispatchPolicy;
 pub use proto::Codec;
 
 use conn::{Conn, Receiver, RunState};
-use transport::{Inbound, Link, Outgoing};
+use transport::{Inbound, Link, Outgoing, Queued};
 
 /// How long dropping a `Qdl` waits for the nodes to end their streams after
 /// it ended its own.
@@ -149,6 +150,52 @@ impl QdlStats {
     }
 }
 
+/// The QDL's counters and timings, apart from its connections.
+#[derive(Clone)]
+pub struct QdlView {
+    /// (address, name) of each node.
+    nodes: Vec<(NodeAddr, String)>,
+    /// Connection `c` belongs to node `c / per_node`.
+    conns: Vec<Arc<Conn>>,
+    per_node: usize,
+}
+
+impl QdlView {
+    /// Traffic per connection so far.
+    pub fn stats(&self) -> QdlStats {
+        QdlStats {
+            connections: self
+                .conns
+                .iter()
+                .enumerate()
+                .map(|(c, conn)| {
+                    let (addr, name) = &self.nodes[c / self.per_node];
+                    ConnectionStats {
+                        node: addr.clone(),
+                        node_name: name.clone(),
+                        connection: c % self.per_node,
+                        counters: conn.counters(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Where the answers' time went so far: per node and over the run.
+    pub fn breakdown(&self) -> breakdown::Breakdown {
+        let mut b = breakdown::Breakdown::default();
+        for (n, (addr, name)) in self.nodes.iter().enumerate() {
+            let mut t = breakdown::Timings::default();
+            for conn in &self.conns[n * self.per_node..(n + 1) * self.per_node] {
+                t.add(conn.timings());
+            }
+            b.overall.merge(&t);
+            b.nodes.push((name.clone(), addr.to_string(), t));
+        }
+        b
+    }
+}
+
 struct Node {
     addr: NodeAddr,
     name: String,
@@ -165,7 +212,7 @@ pub struct Qdl {
     /// Connection `c` belongs to node `c / per_node`.
     conns: Vec<Arc<Conn>>,
     per_node: usize,
-    queues: Vec<mpsc::UnboundedSender<ToNode>>,
+    queues: Vec<mpsc::UnboundedSender<Queued>>,
     dispatcher: policy::Dispatcher,
     data: Arc<dyn SampleData>,
     input_codec: Codec,
@@ -200,9 +247,9 @@ impl Drop for IoRuntime {
 struct Opened {
     link: Link,
     session: SessionReply,
-    queue: mpsc::UnboundedSender<ToNode>,
+    queue: mpsc::UnboundedSender<Queued>,
     inbound: Inbound,
-    sent_ids: std_mpsc::Receiver<u64>,
+    sent_ids: std_mpsc::Receiver<(u64, Instant)>,
 }
 
 fn label(addr: &NodeAddr, name: Option<&str>) -> String {
@@ -338,22 +385,25 @@ impl Qdl {
 
     /// Traffic per connection so far.
     pub fn stats(&self) -> QdlStats {
-        let per_node = self.per_node;
-        QdlStats {
-            connections: self
-                .conns
+        self.view().stats()
+    }
+
+    /// Where the answers' time went so far: per node and over the run.
+    pub fn breakdown(&self) -> breakdown::Breakdown {
+        self.view().breakdown()
+    }
+
+    /// The counters and timings, readable from anywhere at any time (metrics
+    /// scrapes) without holding the QDL.
+    pub fn view(&self) -> QdlView {
+        QdlView {
+            nodes: self
+                .nodes
                 .iter()
-                .enumerate()
-                .map(|(c, conn)| {
-                    let node = &self.nodes[c / per_node];
-                    ConnectionStats {
-                        node: node.addr.clone(),
-                        node_name: node.name.clone(),
-                        connection: c % per_node,
-                        counters: conn.counters(),
-                    }
-                })
+                .map(|n| (n.addr.clone(), n.name.clone()))
                 .collect(),
+            conns: self.conns.clone(),
+            per_node: self.per_node,
         }
     }
 
@@ -436,6 +486,8 @@ impl SystemUnderTest for Qdl {
         if !self.run.attach(completer) {
             return;
         }
+        // One clock read per call: its samples are all sent now.
+        let sent = Instant::now();
         for s in samples {
             let Some(StoredSample {
                 payload,
@@ -472,7 +524,7 @@ impl SystemUnderTest for Qdl {
                     codec: codec as i32,
                 })),
             };
-            if self.queues[c].send(msg).is_err() {
+            if self.queues[c].send((msg, sent)).is_err() {
                 return self.fail_sample(completer, format!("{}: stream closed", conn.label));
             }
         }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use loadgen_engine::{Scenario, SystemUnderTest, TestMode, TestSettings};
 use proto::{Codec, PROTOCOL_VERSION};
+use qdl::breakdown::Part;
 use qdl::{DispatchPolicy, Qdl, QdlConfig, QdlError};
 
 fn connect_err(config: QdlConfig) -> QdlError {
@@ -170,6 +171,23 @@ fn samples_cross_the_network_and_answers_complete_the_right_ids() {
     for c in &stats.connections {
         assert!(c.counters.samples_sent > 0, "{c:?}");
         assert!(["n1", "n2"].contains(&c.node_name.as_str()));
+    }
+
+    // Every answer's time, per node: the node's parts as it reported them,
+    // inside the QDL's total.
+    let b = qdl.breakdown();
+    assert_eq!(b.overall.answers(), total_stats.answers_received);
+    assert_eq!(b.overall.untimed, 0);
+    assert_eq!(b.nodes.len(), 2);
+    for (name, _, t) in &b.nodes {
+        assert!(t.answers() >= 100, "{name}");
+        assert_eq!(t.part(Part::NodeQueue).max(), 1_000);
+        assert_eq!(t.part(Part::NodeCompute).quantile(0.5), 2_000);
+        assert_eq!(t.part(Part::NodeSend).quantile(0.99), 500);
+        let total = t.part(Part::Total);
+        let wire = t.part(Part::WireAndQdl);
+        assert!(total.quantile(0.5) > 3_500, "{name}");
+        assert!(wire.max() + 3_500 == total.max(), "{name}");
     }
 }
 

@@ -162,6 +162,7 @@ mod tests {
                 payload: payload.clone(),
                 codec: 0,
                 n_tokens: 3,
+                ..SampleAnswer::default()
             }],
             ..FromNode::default()
         };

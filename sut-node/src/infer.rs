@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::Bytes;
 use proto::{to_node, Codec, FirstToken, FromNode, SampleAnswer, SampleError, ToNode};
@@ -30,6 +30,7 @@ use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::codec;
+use crate::metrics::{Received, NODE as METRICS};
 use crate::server::{stopped, Node};
 
 /// A `FromNode` carrying more payload than this is split, so that a backlog
@@ -76,6 +77,39 @@ pub(crate) struct Job {
     reply: Arc<Reply>,
     /// Its share of the node's decoded-bytes budget, freed with the job.
     _budget: Option<OwnedSemaphorePermit>,
+    /// When the reader had its message: the start of the node's time.
+    received: std::time::Instant,
+}
+
+/// An answer's timings as the worker knows them (see `SampleAnswer`).
+#[derive(Clone, Copy, Default)]
+struct Timing {
+    queue_ns: u64,
+    compute_ns: u64,
+    /// When the output was ready, as `mono_ns`: the writer turns it into
+    /// the send duration.
+    ready_at: u64,
+}
+
+impl Timing {
+    fn of(job: &Job, started: std::time::Instant, ready: std::time::Instant) -> Self {
+        Self {
+            queue_ns: nanos(started.saturating_duration_since(job.received)),
+            compute_ns: nanos(ready.saturating_duration_since(started)),
+            ready_at: mono_ns(ready),
+        }
+    }
+}
+
+/// Nanoseconds since the node's first batch runner was made: instants kept
+/// as plain numbers in the outbox's messages.
+fn mono_ns(at: std::time::Instant) -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    nanos(at.saturating_duration_since(*EPOCH.get_or_init(std::time::Instant::now)))
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The way back to one Infer stream.
@@ -152,7 +186,7 @@ impl Reply {
 
 impl Outbox {
     /// Returns the bytes added, as all `push_*` do.
-    fn push_output(&mut self, id: u64, output: Output) -> usize {
+    fn push_output(&mut self, id: u64, output: Output, timing: Timing) -> usize {
         match output {
             Ok(answer) => {
                 let added = answer.payload.len() + ITEM_OVERHEAD;
@@ -163,6 +197,10 @@ impl Outbox {
                     // The writer compresses it, outside the outbox's lock.
                     codec: Codec::None as i32,
                     n_tokens: answer.n_tokens,
+                    node_queue_ns: timing.queue_ns,
+                    node_compute_ns: timing.compute_ns,
+                    // Until the writer sends it: when it was ready.
+                    node_send_ns: timing.ready_at,
                 });
                 added
             }
@@ -265,6 +303,7 @@ where
     let mut stop = node.stop.clone();
     let max_input = node.config.codecs.max_input_bytes;
     let mut chunk: Vec<Job> = Vec::new();
+    let mut tally = Received::default();
     let mut warned_empty = false;
     let mut input_error = None;
     let waiting_limit = node.config.limits.max_waiting_answer_bytes;
@@ -289,39 +328,49 @@ where
             match next {
                 Ok(Some(ToNode {
                     kind: Some(to_node::Kind::Sample(sample)),
-                })) => match decode(&node, sample.codec, sample.payload, max_input).await {
-                    Ok(input) => {
-                        // The decoded bytes count against the node's budget
-                        // until the sample has run; if it is spent, what this
-                        // reader holds goes to the batcher first.
-                        let units = budget_units(input.len(), &node);
-                        let budget = match Arc::clone(&node.decoded).try_acquire_many_owned(units) {
-                            Ok(p) => p,
-                            Err(_) => {
-                                if !submit(&mut chunk, &reply, &node, &mut stop).await {
-                                    break 'read;
+                })) => {
+                    let received = std::time::Instant::now();
+                    tally.sample(sample.codec, sample.payload.len());
+                    match decode(&node, sample.codec, sample.payload, max_input).await {
+                        Ok(input) => {
+                            // The decoded bytes count against the node's budget
+                            // until the sample has run; if it is spent, what this
+                            // reader holds goes to the batcher first.
+                            let units = budget_units(input.len(), &node);
+                            let budget = match Arc::clone(&node.decoded)
+                                .try_acquire_many_owned(units)
+                            {
+                                Ok(p) => p,
+                                Err(_) => {
+                                    if !submit(&mut chunk, &reply, &node, &mut stop).await {
+                                        break 'read;
+                                    }
+                                    let wait = Arc::clone(&node.decoded).acquire_many_owned(units);
+                                    let permit = tokio::select! {
+                                        biased;
+                                        _ = stopped(&mut stop) => break 'read,
+                                        p = wait => p,
+                                    };
+                                    match permit {
+                                        Ok(p) => p,
+                                        Err(_) => break 'read,
+                                    }
                                 }
-                                let wait = Arc::clone(&node.decoded).acquire_many_owned(units);
-                                let permit = tokio::select! {
-                                    biased;
-                                    _ = stopped(&mut stop) => break 'read,
-                                    p = wait => p,
-                                };
-                                match permit {
-                                    Ok(p) => p,
-                                    Err(_) => break 'read,
-                                }
-                            }
-                        };
-                        chunk.push(Job {
-                            id: sample.id,
-                            input,
-                            reply: Arc::clone(&reply),
-                            _budget: Some(budget),
-                        })
+                            };
+                            chunk.push(Job {
+                                id: sample.id,
+                                input,
+                                reply: Arc::clone(&reply),
+                                _budget: Some(budget),
+                                received,
+                            })
+                        }
+                        Err(message) => {
+                            tally.rejected += 1;
+                            reply.send_error(sample.id, message)
+                        }
                     }
-                    Err(message) => reply.send_error(sample.id, message),
-                },
+                }
                 Ok(Some(ToNode { kind: None })) => {
                     // Likely a newer client's message kind: skip it.
                     if !std::mem::replace(&mut warned_empty, true) {
@@ -344,6 +393,7 @@ where
             }
         }
 
+        METRICS.add_received(&mut tally);
         if !submit(&mut chunk, &reply, &node, &mut stop).await {
             break 'read;
         }
@@ -469,6 +519,7 @@ async fn send_answers(
     let mut last_sent = Instant::now();
     let mut cut_at: Option<Instant> = None;
     let mut answered = 0u64;
+    let _open = METRICS.stream_open();
     loop {
         let (done, pending, input_error) = {
             let mut outbox = reply.lock();
@@ -480,6 +531,11 @@ async fn send_answers(
         while let Some(mut message) = messages.pop_front() {
             let bytes = payload_bytes(&message);
             codec::encode_output(output.as_ref(), &mut message);
+            let now = mono_ns(std::time::Instant::now());
+            for a in &mut message.answers {
+                a.node_send_ns = now.saturating_sub(a.node_send_ns);
+            }
+            METRICS.sent(&message);
             answered += message.answers.len() as u64;
             if tx.send(Ok(message)).await.is_err() {
                 info!(stream, answered, "infer stream closed by the client");
@@ -549,20 +605,25 @@ pub(crate) fn batch_runner(
     outstanding: Arc<AtomicU64>,
 ) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {
     let mut inputs: Vec<Bytes> = Vec::new();
+    mono_ns(std::time::Instant::now()); // the epoch, before any sample
     move |jobs: &mut Vec<Job>, back_to_back| {
         inputs.clear();
         inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
+        let started = std::time::Instant::now();
         let mut sink = Sink {
             jobs,
             answered: vec![false; jobs.len()],
             outstanding: &outstanding,
+            started,
         };
         let info = BatchInfo { back_to_back };
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
+        let ready = std::time::Instant::now();
+        METRICS.batch(jobs.len(), ready.saturating_duration_since(started));
         let answered = sink.answered;
         let failure = match result {
             Ok(Ok(outputs)) if outputs.len() == jobs.len() => {
-                deliver(jobs, &answered, outputs.into_iter());
+                deliver(jobs, &answered, outputs.into_iter(), started, ready);
                 None
             }
             Ok(Ok(outputs)) => Some(format!(
@@ -579,6 +640,8 @@ pub(crate) fn batch_runner(
                 jobs,
                 &answered,
                 std::iter::repeat_with(|| Err(message.clone())),
+                started,
+                ready,
             );
         }
         let late = answered.iter().filter(|a| !**a).count();
@@ -589,7 +652,13 @@ pub(crate) fn batch_runner(
 /// Appends each job's output to its stream's outbox, locking each stream
 /// once per run of consecutive jobs from it, and wakes the writers. Jobs
 /// already answered (`answered[i]`) are skipped, their outputs dropped.
-fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Output>) {
+fn deliver(
+    jobs: &[Job],
+    answered: &[bool],
+    mut outputs: impl Iterator<Item = Output>,
+    started: std::time::Instant,
+    ready: std::time::Instant,
+) {
     let mut i = 0;
     while i < jobs.len() {
         let reply = &jobs[i].reply;
@@ -598,7 +667,8 @@ fn deliver(jobs: &[Job], answered: &[bool], mut outputs: impl Iterator<Item = Ou
         while i < jobs.len() && Arc::ptr_eq(&jobs[i].reply, reply) {
             let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
             if !answered[i] {
-                added += outbox.push_output(jobs[i].id, output);
+                let timing = Timing::of(&jobs[i], started, ready);
+                added += outbox.push_output(jobs[i].id, output, timing);
                 outbox.pending = outbox.pending.saturating_sub(1);
             }
             i += 1;
@@ -616,6 +686,8 @@ struct Sink<'a> {
     /// Samples answered through `answer_now`.
     answered: Vec<bool>,
     outstanding: &'a AtomicU64,
+    /// When the batch started.
+    started: std::time::Instant,
 }
 
 impl SampleSink for Sink<'_> {
@@ -637,7 +709,8 @@ impl SampleSink for Sink<'_> {
         }
         {
             let mut outbox = job.reply.lock();
-            let added = outbox.push_output(job.id, output.clone());
+            let timing = Timing::of(job, self.started, std::time::Instant::now());
+            let added = outbox.push_output(job.id, output.clone(), timing);
             outbox.pending = outbox.pending.saturating_sub(1);
             drop(outbox);
             job.reply.produced(added);
@@ -667,9 +740,9 @@ mod tests {
 
         outbox.push_first_token(9, Bytes::from_static(b"tok"));
         for id in 0..100 {
-            outbox.push_output(id, answer(id, 8));
+            outbox.push_output(id, answer(id, 8), Timing::default());
         }
-        outbox.push_output(100, Err("bad input".into()));
+        outbox.push_output(100, Err("bad input".into()), Timing::default());
         outbox.take_into(&mut messages);
         assert_eq!(messages.len(), 1);
         let m = &messages[0];
@@ -688,7 +761,7 @@ mod tests {
         let size = 300 << 10;
         for id in 0..10 {
             outbox.push_first_token(id, Bytes::from_static(b"tok"));
-            outbox.push_output(id, answer(id, size));
+            outbox.push_output(id, answer(id, size), Timing::default());
         }
         let mut messages = VecDeque::new();
         outbox.take_into(&mut messages);
@@ -711,7 +784,7 @@ mod tests {
         }
         // A single answer over the budget still goes, alone.
         let mut outbox = Outbox::default();
-        outbox.push_output(1, answer(1, 2 * MAX_FROM_NODE_PAYLOAD));
+        outbox.push_output(1, answer(1, 2 * MAX_FROM_NODE_PAYLOAD), Timing::default());
         outbox.take_into(&mut messages);
         assert_eq!(messages.back().map(|m| m.answers.len()), Some(1));
     }
@@ -755,6 +828,7 @@ mod tests {
             input: Bytes::from_static(b"x"),
             reply: Arc::clone(&reply),
             _budget: None,
+            received: std::time::Instant::now(),
         };
         run(&mut vec![job(10), job(11)], false);
         let outbox = reply.lock();
@@ -762,5 +836,57 @@ mod tests {
         assert_eq!(ids, [10, 11]);
         assert_eq!(outbox.pending, 0);
         assert_eq!(outstanding.load(Ordering::Relaxed), 0);
+    }
+
+    /// Takes 20 ms per batch.
+    struct Slow;
+
+    impl Backend for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn warm_up(&self) -> Result<(), crate::backend::BackendError> {
+            Ok(())
+        }
+        fn infer(
+            &self,
+            inputs: &[Bytes],
+            _: BatchInfo,
+            _: &mut dyn SampleSink,
+        ) -> Result<Vec<Output>, crate::backend::BackendError> {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            Ok(inputs.iter().map(|_| answer(1, 1)).collect())
+        }
+    }
+
+    #[test]
+    fn answers_carry_the_nodes_timings() {
+        let reply = Arc::new(Reply::default());
+        reply.lock().pending = 1;
+        let mut run = batch_runner(Arc::new(Slow), Arc::new(AtomicU64::new(1)));
+        let received = std::time::Instant::now() - std::time::Duration::from_millis(10);
+        let before = mono_ns(std::time::Instant::now());
+        run(
+            &mut vec![Job {
+                id: 1,
+                input: Bytes::from_static(b"x"),
+                reply: Arc::clone(&reply),
+                _budget: None,
+                received,
+            }],
+            false,
+        );
+        let after = mono_ns(std::time::Instant::now());
+        let mut messages = VecDeque::new();
+        reply.lock().take_into(&mut messages);
+        let a = &messages[0].answers[0];
+        assert!(a.node_queue_ns >= 10_000_000, "{}", a.node_queue_ns);
+        assert!(a.node_compute_ns >= 20_000_000, "{}", a.node_compute_ns);
+        // Until sent: when the output was ready, on the node's own scale.
+        assert!(
+            (before..=after).contains(&a.node_send_ns),
+            "{}",
+            a.node_send_ns
+        );
     }
 }

@@ -15,6 +15,7 @@ pub mod describe;
 mod infer;
 pub mod limits;
 mod listen;
+pub mod metrics;
 pub mod quic;
 pub mod server;
 pub mod tls;

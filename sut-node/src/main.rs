@@ -40,9 +40,10 @@ struct Cli {
 enum Command {
     /// Serve inference over gRPC (TCP) and QUIC (UDP) until SIGTERM or SIGINT.
     ///
-    /// Prints `sut-node NAME ready on ADDR (backend B) quic QADDR` on stdout
-    /// once the backend is loaded and warmed up (ADDR: gRPC's address, or
-    /// QUIC's with --no-grpc; ` quic QADDR` only when QUIC is on); the TLS
+    /// Prints `sut-node NAME ready on ADDR (backend B) quic QADDR metrics
+    /// MADDR` on stdout once the backend is loaded and warmed up (ADDR:
+    /// gRPC's address, or QUIC's with --no-grpc; ` quic QADDR` only when
+    /// QUIC is on, ` metrics MADDR` only with --metrics); the TLS
     /// certificate's SHA-256 fingerprint goes to stderr before it. Logs go
     /// to stderr (RUST_LOG, default info).
     Serve(Box<ServeArgs>),
@@ -78,6 +79,11 @@ struct ServeArgs {
 
     #[command(flatten)]
     net: NetArgs,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port; port 0
+    /// picks a free port, which the ready line shows).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 
     /// Threads of the node's network runtime, 1 to 1024 [default: one per
     /// core]. The backend runs on a thread of its own besides these.
@@ -463,6 +469,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
     );
     if let Some(quic) = bound.quic_addr {
         ready_line.push_str(&format!(" quic {quic}"));
+    }
+    if let Some(metrics) = &args.metrics {
+        let page_name = name.clone();
+        let at =
+            metrics_endpoint::serve(metrics, move || sut_node::metrics::NODE.render(&page_name))
+                .with_context(|| format!("--metrics {metrics}: cannot listen"))?;
+        ready_line.push_str(&format!(" metrics {at}"));
     }
     let on_ready = move || {
         let mut stdout = std::io::stdout().lock();

@@ -369,6 +369,7 @@ impl SutNode for Service {
         let refusal = refusal(&node.config, &request).unwrap_or_default();
         node.session_outcome(remote, &refusal);
         let ready = node.ready.load(Ordering::Acquire);
+        crate::metrics::NODE.session(refusal.is_empty());
         if refusal.is_empty() {
             info!(
                 %peer,

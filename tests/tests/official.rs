@@ -330,3 +330,39 @@ fn flags_the_official_engine_cannot_honour_are_refused() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn the_official_engine_gets_progress_lines_and_the_breakdown_from_the_qdl() {
+    let nodes = nodes();
+    let sut = sut_list(&nodes);
+    let out = scratch("official-observe");
+    let sets = ["target_qps=300", "min_duration=2500", "min_query_count=100"];
+    let o = run(
+        "official",
+        &sut,
+        "Server",
+        "PerformanceOnly",
+        &sets,
+        &out,
+        &["--progress-interval", "1"],
+    );
+    let err = text(&o.stderr);
+    let lines = err
+        .lines()
+        .filter(|l| l.contains(" sent ") && l.contains(" answered "))
+        .count();
+    assert!(lines >= 2, "no progress lines:\n{err}");
+    assert!(text(&o.stdout).contains("Where the time went"));
+    let file = std::fs::read_to_string(out.join("mlperf_net_breakdown.json")).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&file).unwrap();
+    let nodes = b["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{file}");
+    for n in nodes {
+        // 1 ms of service time, seen on the node's own clock.
+        let compute = n["node_compute"]["p50"].as_u64().unwrap();
+        assert!(compute >= 980_000, "{file}");
+    }
+    assert!(!std::fs::read_to_string(out.join("mlperf_log_detail.txt"))
+        .unwrap()
+        .contains("node_compute"));
+}

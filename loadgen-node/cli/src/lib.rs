@@ -5,13 +5,16 @@
 
 pub mod audit;
 pub mod benchmarks;
+pub mod breakdown;
 pub mod compliance;
+pub mod metrics;
 pub mod npy;
 #[cfg(feature = "official-loadgen")]
 mod official;
 pub mod preflight;
 pub mod progress;
 pub mod qsl;
+pub mod report;
 pub mod run;
 pub mod submission;
 pub mod tls;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use loadgen_cli::audit::{audit, AuditArgs};
 use loadgen_cli::preflight::{preflight, PreflightArgs};
+use loadgen_cli::report::ReportArgs;
 use loadgen_cli::run::{run, RunArgs};
 use loadgen_cli::submission::{submission, SubmissionArgs};
 
@@ -36,16 +37,19 @@ struct Cli {
     run: RunArgs,
 }
 
-/// Steps of a submission besides a single run.
+/// Steps besides a single run.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
+    /// Write the HTML report of an existing output directory (either
+    /// engine's, or the official LoadGen's).
+    Report(ReportArgs),
     /// Run and verify a compliance audit (TEST01, TEST04, TEST06).
     ///
     /// Runs the audit with the run flags, and the reference runs it needs
     /// when they are missing, then verifies it by the test's published
     /// rules. --output-dir is the scenario's results directory. Exit status
     /// 4 when the audit fails.
-    Audit(AuditArgs),
+    Audit(Box<AuditArgs>),
     /// Measure the network to each sut-node before a run.
     ///
     /// Measures round trips, throughput each way with the benchmark's sample
@@ -54,7 +58,7 @@ enum Command {
     /// --target-qps checks the rules' minimum bandwidth (exit status 5 when
     /// below); with --system-json fills the system description's
     /// Network-division fields.
-    Preflight(PreflightArgs),
+    Preflight(Box<PreflightArgs>),
     /// Run everything a submission needs from a TOML plan.
     ///
     /// Runs the accuracy and performance runs and the required audits of
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         Some(Command::Audit(args)) => audit(args),
         Some(Command::Preflight(args)) => preflight(args),
         Some(Command::Submission(args)) => submission(args),
+        Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| ExitCode::SUCCESS),
         None => run(&cli.run),
     };
     match result {

@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use loadgen_engine::{
@@ -22,6 +23,7 @@ use loadgen_engine::{
 };
 use qdl::{ForeignLoadGen, ForeignSut};
 
+use crate::progress::Progress;
 use crate::run::{self, RunArgs};
 use loadgen_engine::null_sut::SizedQsl;
 
@@ -327,6 +329,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         let official = OfficialLoadGen {
             output_dir: args.output_dir.clone(),
         };
+        if let Some(addr) = &args.metrics {
+            crate::metrics::serve(addr, None, Some(qdl.view()))?;
+        }
         let sut = ForeignSut::new(qdl, Arc::new(official));
         let data = qsl.source().clone();
         (
@@ -371,9 +376,16 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         null_sut: c_int::from(harness.sut.is_none()),
     };
     let mut err = vec![0 as c_char; 1024];
+    let interval = Duration::try_from_secs_f64(args.progress_interval)
+        .context("--progress-interval must be a number of seconds, 0 or more")?;
+    let progress = harness
+        .sut
+        .as_ref()
+        .map(|s| Progress::network(s.qdl().view(), interval));
     // SAFETY: every pointer in `callbacks` and `test` lives until this call
     // returns; `err` is writable for its length.
     let rc = unsafe { lgn_start_test(&callbacks, &test, err.as_mut_ptr(), err.len()) };
+    drop(progress);
     if rc != 0 {
         // SAFETY: the adapter NUL-terminates within the buffer.
         let msg = unsafe { CStr::from_ptr(err.as_ptr()) }
@@ -394,6 +406,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         for (k, v) in sut.qdl().report() {
             println!("  {k}: {v}");
         }
+        crate::breakdown::report(&sut.qdl().view(), &args.output_dir);
+        crate::report::after_run(args);
         sut.finish();
     }
     let mut verified = true;

@@ -1,7 +1,9 @@
-//! The live progress line of long runs: elapsed time, samples issued and
-//! completed, the current completion rate and the running latency at the
-//! target percentile against the bound. Drawn on stderr only when stderr is a
-//! terminal, so logs and pipelines never see it.
+//! Progress of long runs: elapsed time, samples issued and completed, the
+//! completion rate, the running latency at the target percentile against the
+//! bound, and where early stopping stands. On a terminal, one line redrawn
+//! in place on stderr; otherwise (a script, CI) a plain stderr line every
+//! interval, so a run is never silent for minutes. Never on stdout or in the
+//! logs.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,9 +11,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use loadgen_engine::early_stopping::{self, Outlook};
 use loadgen_engine::live::{LiveSnapshot, LiveStats};
+use qdl::breakdown::Part;
+use qdl::QdlView;
 
 const REFRESH: Duration = Duration::from_millis(500);
+/// How often the drawing thread looks at the stop flag.
+const TICK: Duration = Duration::from_millis(100);
 
 /// Says which sut-node a run waits for while its backend loads: at once,
 /// whenever it is another node, and every 10 seconds.
@@ -32,23 +39,54 @@ pub fn waiting_for_nodes() -> impl FnMut(&str, Duration) {
     }
 }
 
-/// Draws the line until dropped.
+/// Draws until dropped.
 pub struct Progress {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    tty: bool,
 }
 
 impl Progress {
-    /// Starts drawing if stderr is a terminal; otherwise does nothing.
-    pub fn start(live: Arc<LiveStats>) -> Self {
+    /// Starts drawing the engine's live figures: the live line if stderr is
+    /// a terminal, otherwise a plain line every `interval`. A zero interval
+    /// draws nothing.
+    pub fn start(live: Arc<LiveStats>, interval: Duration) -> Self {
+        let now = Instant::now();
+        Self::with(
+            EngineFigures {
+                live,
+                series: (i64::MIN, now),
+                last: (now, 0),
+            },
+            interval,
+        )
+    }
+
+    /// As `start`, from the QDL's figures alone (an engine that keeps its
+    /// own to itself): samples sent and answered, and the p99 of the QDL's
+    /// send-to-answer time.
+    pub fn network(qdl: QdlView, interval: Duration) -> Self {
+        let now = Instant::now();
+        Self::with(
+            NetworkFigures {
+                qdl,
+                start: now,
+                last: (now, 0),
+            },
+            interval,
+        )
+    }
+
+    fn with(figures: impl Figures, interval: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         // SAFETY: isatty only inspects the descriptor.
         let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-        let thread = tty.then(|| {
+        let thread = (!interval.is_zero()).then(|| {
             let stop = stop.clone();
-            thread::spawn(move || draw_until(&live, &stop))
+            let every = if tty { REFRESH } else { interval };
+            thread::spawn(move || draw_until(figures, &stop, every, tty))
         });
-        Self { stop, thread }
+        Self { stop, thread, tty }
     }
 }
 
@@ -57,31 +95,106 @@ impl Drop for Progress {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-            eprint!("\r\x1b[2K");
+            if self.tty {
+                eprint!("\r\x1b[2K");
+            }
         }
     }
 }
 
-fn draw_until(live: &LiveStats, stop: &AtomicBool) {
-    let mut series = (i64::MIN, Instant::now());
-    let mut last = (Instant::now(), 0u64);
+/// Where the lines come from.
+trait Figures: Send + 'static {
+    /// Looked at every tick; true when a new series began (the interval
+    /// starts again).
+    fn tick(&mut self, _now: Instant) -> bool {
+        false
+    }
+    fn line(&mut self, now: Instant) -> String;
+}
+
+fn draw_until(mut figures: impl Figures, stop: &AtomicBool, every: Duration, tty: bool) {
+    let mut next = Instant::now() + every;
     while !stop.load(Ordering::Relaxed) {
-        thread::sleep(REFRESH);
-        let s = live.snapshot();
+        thread::sleep(TICK.min(every));
         let now = Instant::now();
-        if s.series_start_ns != series.0 {
-            series = (s.series_start_ns, now);
-            last = (now, 0);
+        if figures.tick(now) {
+            next = now + every;
         }
-        let dt = now.duration_since(last.0).as_secs_f64();
-        let rate = if dt > 0.0 {
-            s.completed.saturating_sub(last.1) as f64 / dt
+        if now < next {
+            continue;
+        }
+        next = now + every;
+        let text = figures.line(now);
+        if tty {
+            eprint!("\r\x1b[2K{text}");
+            let _ = std::io::stderr().flush();
         } else {
-            0.0
-        };
-        last = (now, s.completed);
-        eprint!("\r\x1b[2K{}", line(&s, now.duration_since(series.1), rate));
-        let _ = std::io::stderr().flush();
+            eprintln!("loadgen-node: {text}");
+        }
+    }
+}
+
+/// Completions per second since `last`, which becomes (now, completed).
+fn rate(last: &mut (Instant, u64), now: Instant, completed: u64) -> f64 {
+    let dt = now.duration_since(last.0).as_secs_f64();
+    let r = if dt > 0.0 {
+        completed.saturating_sub(last.1) as f64 / dt
+    } else {
+        0.0
+    };
+    *last = (now, completed);
+    r
+}
+
+struct EngineFigures {
+    live: Arc<LiveStats>,
+    /// The series drawn and when it was first seen.
+    series: (i64, Instant),
+    last: (Instant, u64),
+}
+
+impl Figures for EngineFigures {
+    fn tick(&mut self, now: Instant) -> bool {
+        let start = self.live.snapshot().series_start_ns;
+        if start == self.series.0 {
+            return false;
+        }
+        self.series = (start, now);
+        self.last = (now, 0);
+        true
+    }
+
+    fn line(&mut self, now: Instant) -> String {
+        let s = self.live.snapshot();
+        let r = rate(&mut self.last, now, s.completed);
+        line(&s, now.duration_since(self.series.1), r)
+    }
+}
+
+struct NetworkFigures {
+    qdl: QdlView,
+    start: Instant,
+    last: (Instant, u64),
+}
+
+impl Figures for NetworkFigures {
+    fn line(&mut self, now: Instant) -> String {
+        let t = self.qdl.stats().total();
+        let r = rate(&mut self.last, now, t.answers_received);
+        let mut text = format!(
+            "network {:>6.1}s  sent {}  answered {}  {}/s",
+            now.duration_since(self.start).as_secs_f64(),
+            t.samples_sent,
+            t.answers_received,
+            si(r)
+        );
+        let total = self.qdl.breakdown().overall;
+        let h = total.part(Part::Total);
+        if h.count() > 0 {
+            let p99 = i64::try_from(h.quantile(0.99)).unwrap_or(i64::MAX);
+            text.push_str(&format!("  p99 {} (QDL send to answer)", ms(p99)));
+        }
+        text
     }
 }
 
@@ -114,7 +227,31 @@ pub fn line(s: &LiveSnapshot, elapsed: Duration, rate: f64) -> String {
             text.push_str(&format!(" (bound {}, {mark})", ms(s.target_latency_ns)));
         }
     }
+    if let Some(es) = outlook(s) {
+        text.push_str("  early stopping: ");
+        text.push_str(&match es {
+            Outlook::Needs(n) => format!("needs {n} more queries"),
+            Outlook::Met {
+                spare_over: Some(n),
+            } => format!("met, {n} more over the bound allowed"),
+            Outlook::Met { spare_over: None } => "met".into(),
+        });
+    }
     text
+}
+
+/// Early stopping of a performance series so far (Server against its
+/// bound; SingleStream and MultiStream by query count).
+fn outlook(s: &LiveSnapshot) -> Option<Outlook> {
+    let p = s.target_percentile;
+    if !(s.performance && p > 0.0 && p < 1.0) {
+        return None;
+    }
+    Some(if s.target_latency_ns > 0 {
+        early_stopping::server_outlook(s.over_bound, s.queries_completed, p)
+    } else {
+        early_stopping::percentile_outlook(s.queries_completed, p)
+    })
 }
 
 fn ms(ns: i64) -> String {
@@ -142,6 +279,8 @@ mod tests {
             series_start_ns: 0,
             issued: 1000,
             completed: 990,
+            queries_completed: 990,
+            over_bound: 20,
             percentile_latency_ns: 16_000_000,
             target_percentile: 0.99,
             target_latency_ns: 15_000_000,
@@ -149,12 +288,20 @@ mod tests {
         let l = line(&s, Duration::from_millis(12_300), 98_200.0);
         assert_eq!(
             l,
-            "performance   12.3s  issued 1000  completed 990  98.2k/s  p99 16.000 ms (bound 15.000 ms, OVER)"
+            "performance   12.3s  issued 1000  completed 990  98.2k/s  p99 16.000 ms (bound 15.000 ms, OVER)  early stopping: needs 2314 more queries"
         );
+        let met = LiveSnapshot {
+            completed: 100_000,
+            queries_completed: 100_000,
+            over_bound: 3,
+            ..s
+        };
+        assert!(line(&met, Duration::ZERO, 0.0).ends_with(" more over the bound allowed"));
         let acc = LiveSnapshot {
             performance: false,
             ..s
         };
-        assert!(!line(&acc, Duration::ZERO, 0.0).contains("p99"));
+        let l = line(&acc, Duration::ZERO, 0.0);
+        assert!(!l.contains("p99") && !l.contains("early stopping"), "{l}");
     }
 }

@@ -175,6 +175,25 @@ pub struct RunArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_answer_bytes: usize,
 
+    /// Where stderr is not a terminal, print a progress line every this
+    /// many seconds (on a terminal the live line is redrawn twice a second).
+    /// 0: no progress output at all.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub progress_interval: f64,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics while the run lasts
+    /// (host:port): per node samples issued, completed and outstanding,
+    /// bytes, and latencies; with the native engine, the series' live
+    /// figures too.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+
+    /// After the run, write a self-contained HTML report of it (latency
+    /// distribution and timeline, breakdown per node, settings, validity);
+    /// `loadgen-node report DIR` makes the same from an output directory.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -197,6 +216,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ..LogSettings::default()
     };
     let live = Arc::new(LiveStats::default());
+    let progress_interval = Duration::try_from_secs_f64(args.progress_interval)
+        .context("--progress-interval must be a number of seconds, 0 or more")?;
 
     if args.sut == "null" {
         let total = args.total_sample_count.unwrap_or(1024);
@@ -211,11 +232,15 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         };
         let sut = NullSut::new("Null SUT", answer);
         let qsl = SizedQsl::new(total, performance);
+        if let Some(addr) = &args.metrics {
+            crate::metrics::serve(addr, Some(live.clone()), None)?;
+        }
         let outcome = {
-            let _progress = Progress::start(live.clone());
+            let _progress = Progress::start(live.clone(), progress_interval);
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
         };
         report(&outcome);
+        crate::report::after_run(args);
         return Ok(exit_code(outcome.run_error.is_some(), true));
     }
 
@@ -227,8 +252,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         config.nodes.len()
     );
     let qdl = connect(args, config, qsl.clone())?;
+    if let Some(addr) = &args.metrics {
+        crate::metrics::serve(addr, Some(live.clone()), Some(qdl.view()))?;
+    }
     let outcome = {
-        let _progress = Progress::start(live.clone());
+        let _progress = Progress::start(live.clone(), progress_interval);
         start_test_with_live(
             &qdl,
             qsl.as_ref(),
@@ -239,6 +267,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         )?
     };
     report(&outcome);
+    crate::breakdown::report(&qdl.view(), &args.output_dir);
+    crate::report::after_run(args);
     let mut verified = true;
     if args.verify_synthetic {
         verified = verify_synthetic(&outcome.accuracy_path, qsl.source())?;

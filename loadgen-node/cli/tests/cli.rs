@@ -295,3 +295,50 @@ fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
         assert!(stderr(&o).contains(why), "{flags:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn without_a_terminal_progress_comes_as_plain_lines() {
+    let dir = scratch("progress");
+    // stderr is a pipe here: plain lines, one a second, for a 3 s Server run.
+    let o = bin()
+        .args(["--sut", "null", "--scenario", "Server", "--no-trace"])
+        .args(["--set", "min_duration=3000", "--set", "min_query_count=1"])
+        .args(["--set", "target_qps=2000", "--progress-interval", "1"])
+        .arg("--output-dir")
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("loadgen-node: performance "))
+        .collect();
+    assert!(lines.len() >= 2, "expected progress lines:\n{err}");
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
+    let last = lines[lines.len() - 1];
+    assert!(
+        last.contains(" completed ") && last.contains("/s"),
+        "{last}"
+    );
+    assert!(
+        last.contains("p99 ") && last.contains("bound 15.000 ms"),
+        "{last}"
+    );
+    assert!(last.contains("early stopping: "), "{last}");
+    // The MLPerf logs see none of it.
+    let detail = std::fs::read_to_string(dir.join("out/mlperf_log_detail.txt")).unwrap();
+    assert!(!detail.contains("early stopping: "));
+
+    // 0 turns it off.
+    let o = bin()
+        .args(["--sut", "null", "--scenario", "Server", "--no-trace"])
+        .args(["--set", "min_duration=1500", "--set", "min_query_count=1"])
+        .args(["--set", "target_qps=2000", "--progress-interval", "0"])
+        .arg("--output-dir")
+        .arg(dir.join("out0"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("loadgen-node: performance "));
+}

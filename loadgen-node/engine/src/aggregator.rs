@@ -211,7 +211,12 @@ impl<A: Write, T: Write> Aggregator<A, T> {
 
     fn refresh_live(&mut self) {
         let d = &self.data;
-        self.live.set_completed(d.completed);
+        let queries = match self.cfg.multi_stream_spq {
+            Some(_) => d.query_latencies.count(),
+            None => d.completed,
+        };
+        self.live
+            .set_completed(d.completed, queries, d.sample_latencies.above_threshold());
         if d.last_completed_ns - self.live_refreshed_ns >= PERCENTILE_EVERY_NS {
             self.live_refreshed_ns = d.last_completed_ns;
             let latencies = if self.cfg.multi_stream_spq.is_some() {

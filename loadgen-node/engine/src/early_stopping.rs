@@ -217,6 +217,52 @@ pub(crate) fn server(over: u64, queries: u64, p: f64) -> EarlyStopping {
     }
 }
 
+/// Early stopping as seen while a series runs, for progress displays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outlook {
+    /// This many more queries are needed, every one of them under the bound.
+    Needs(u64),
+    /// Met so far.
+    Met {
+        /// Server: how many more queries over the bound the queries done so
+        /// far could absorb.
+        spare_over: Option<u64>,
+    },
+}
+
+/// Server: the outlook with `over` of `queries` above the bound.
+pub fn server_outlook(over: u64, queries: u64, p: f64) -> Outlook {
+    let needed = |t: u64| MinPassing::new(p).get(t as i64) as u64 + t;
+    let need = needed(over);
+    if queries < need {
+        return Outlook::Needs(need - queries);
+    }
+    // needed(t) grows with t, by at least 1/(1-p) a step: find the largest
+    // t that the queries still meet.
+    let cap = (queries as f64 * (1.0 - p)).ceil() as u64 + 1;
+    let (mut lo, mut hi) = (over, cap.clamp(over, queries));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if needed(mid) <= queries {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Outlook::Met {
+        spare_over: Some(lo - over),
+    }
+}
+
+/// SingleStream and MultiStream: the outlook after `queries` queries.
+pub fn percentile_outlook(queries: u64, p: f64) -> Outlook {
+    let least = MinPassing::new(p).get(1) as u64 + 1;
+    match queries < least {
+        true => Outlook::Needs(least - queries),
+        false => Outlook::Met { spare_over: None },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +311,28 @@ mod tests {
         assert!(es.text.contains("Would discard 9 highest"));
         assert!(es.text.ends_with("\n least 662 total queries)."));
         assert_eq!(es.estimate_p99, None);
+    }
+
+    #[test]
+    fn outlooks_agree_with_the_summary_rules() {
+        // The summary's "would need 2304 more" for 20 over of 1000.
+        assert_eq!(server_outlook(20, 1000, 0.99), Outlook::Needs(2304));
+        // 0 over needs 459 queries; 1 over needs 661 + 1.
+        assert_eq!(server_outlook(0, 400, 0.99), Outlook::Needs(59));
+        let Outlook::Met {
+            spare_over: Some(spare),
+        } = server_outlook(3, 100_000, 0.99)
+        else {
+            panic!("100000 queries with 3 over meet p99");
+        };
+        // The spare is exactly the edge of the rule.
+        assert!(server(3 + spare, 100_000, 0.99).met);
+        assert!(!server(3 + spare + 1, 100_000, 0.99).met);
+        assert_eq!(percentile_outlook(300, 0.99), Outlook::Needs(362));
+        assert_eq!(
+            percentile_outlook(1024, 0.9),
+            Outlook::Met { spare_over: None }
+        );
     }
 
     #[test]

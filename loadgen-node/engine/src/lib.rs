@@ -56,7 +56,7 @@ pub mod clock;
 mod completion;
 pub mod config;
 pub mod detail;
-mod early_stopping;
+pub mod early_stopping;
 mod effective;
 mod escape;
 pub mod live;

@@ -15,6 +15,8 @@ pub struct LiveStats {
     series_start_ns: AtomicI64,
     issued: AtomicU64,
     completed: AtomicU64,
+    queries_completed: AtomicU64,
+    over_bound: AtomicU64,
     percentile_latency_ns: AtomicI64,
     target_percentile_permille: AtomicU64,
     target_latency_ns: AtomicI64,
@@ -31,6 +33,10 @@ pub struct LiveSnapshot {
     pub issued: u64,
     /// Samples completed so far in the series.
     pub completed: u64,
+    /// Queries completed (MultiStream: whole queries; otherwise samples).
+    pub queries_completed: u64,
+    /// Server: completed samples whose latency is above the bound.
+    pub over_bound: u64,
     /// Running latency at the target percentile (0 until measured).
     pub percentile_latency_ns: i64,
     /// The percentile of the scenario's latency goal (e.g. 0.99).
@@ -47,6 +53,8 @@ impl LiveStats {
             series_start_ns: self.series_start_ns.load(Ordering::Relaxed),
             issued: self.issued.load(Ordering::Relaxed),
             completed: self.completed.load(Ordering::Relaxed),
+            queries_completed: self.queries_completed.load(Ordering::Relaxed),
+            over_bound: self.over_bound.load(Ordering::Relaxed),
             percentile_latency_ns: self.percentile_latency_ns.load(Ordering::Relaxed),
             target_percentile: self.target_percentile_permille.load(Ordering::Relaxed) as f64
                 / 1000.0,
@@ -64,6 +72,8 @@ impl LiveStats {
         self.performance.store(performance, Ordering::Relaxed);
         self.issued.store(0, Ordering::Relaxed);
         self.completed.store(0, Ordering::Relaxed);
+        self.queries_completed.store(0, Ordering::Relaxed);
+        self.over_bound.store(0, Ordering::Relaxed);
         self.percentile_latency_ns.store(0, Ordering::Relaxed);
         self.target_percentile_permille
             .store((percentile * 1000.0).round() as u64, Ordering::Relaxed);
@@ -76,8 +86,10 @@ impl LiveStats {
         self.issued.store(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_completed(&self, n: u64) {
-        self.completed.store(n, Ordering::Relaxed);
+    pub(crate) fn set_completed(&self, samples: u64, queries: u64, over_bound: u64) {
+        self.completed.store(samples, Ordering::Relaxed);
+        self.queries_completed.store(queries, Ordering::Relaxed);
+        self.over_bound.store(over_bound, Ordering::Relaxed);
     }
 
     pub(crate) fn set_percentile_latency(&self, ns: i64) {

@@ -11,7 +11,7 @@ mod tls;
 use std::pin::Pin;
 use std::sync::mpsc as std_mpsc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use proto::tls::ClientTls;
 use proto::{to_node, FromNode, SessionReply, SessionRequest, ToNode};
@@ -126,14 +126,18 @@ impl Inbound {
 /// checked against what was really sent on this connection without sharing a
 /// lock with the issuing thread.
 pub(crate) struct Outgoing {
-    queue: mpsc::UnboundedReceiver<ToNode>,
-    sent_ids: std_mpsc::Sender<u64>,
+    queue: mpsc::UnboundedReceiver<Queued>,
+    sent_ids: std_mpsc::Sender<(u64, Instant)>,
 }
+
+/// A sample on its way to the transport, with when the QDL was asked to
+/// send it.
+pub(crate) type Queued = (ToNode, Instant);
 
 impl Outgoing {
     pub(crate) fn new(
-        queue: mpsc::UnboundedReceiver<ToNode>,
-        sent_ids: std_mpsc::Sender<u64>,
+        queue: mpsc::UnboundedReceiver<Queued>,
+        sent_ids: std_mpsc::Sender<(u64, Instant)>,
     ) -> Self {
         Self { queue, sent_ids }
     }
@@ -144,13 +148,16 @@ impl Stream for Outgoing {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToNode>> {
         let polled = self.queue.poll_recv(cx);
-        if let Poll::Ready(Some(ToNode {
-            kind: Some(to_node::Kind::Sample(s)),
-        })) = &polled
+        if let Poll::Ready(Some((
+            ToNode {
+                kind: Some(to_node::Kind::Sample(s)),
+            },
+            sent,
+        ))) = &polled
         {
             // The receive side may be gone (run over); nothing to record then.
-            let _ = self.sent_ids.send(s.id);
+            let _ = self.sent_ids.send((s.id, *sent));
         }
-        polled
+        polled.map(|m| m.map(|(msg, _)| msg))
     }
 }

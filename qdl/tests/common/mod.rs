@@ -300,19 +300,24 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     payload: encode(&data),
                     codec,
                     n_tokens: if b.first_tokens { N_TOKENS } else { 0 },
+                    // Timings as a sut-node reports them, so the QDL
+                    // records every part of the breakdown.
+                    node_queue_ns: 1_000,
+                    node_compute_ns: 2_000,
+                    node_send_ns: 500,
                 });
             }
             Reply::Huge(id) => answers.answers.push(SampleAnswer {
                 id,
                 payload: Bytes::from(vec![7u8; 4 << 20]),
                 codec: Codec::None as i32,
-                n_tokens: 0,
+                ..SampleAnswer::default()
             }),
             Reply::Bomb(id) => answers.answers.push(SampleAnswer {
                 id,
                 payload: Bytes::from(zstd_bomb()),
                 codec: Codec::Zstd as i32,
-                n_tokens: 0,
+                ..SampleAnswer::default()
             }),
             Reply::Corrupt(id, payload) => {
                 let mut frame = out.compress(&proto::synthetic::answer(&payload, ANSWER_LEN));
@@ -324,7 +329,7 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     id,
                     payload: Bytes::from(frame),
                     codec,
-                    n_tokens: 0,
+                    ..SampleAnswer::default()
                 });
             }
             Reply::Error(id) => answers.errors.push(SampleError {
