@@ -24,9 +24,9 @@ use loadgen_engine::{QuerySample, QuerySampleIndex, QuerySampleResponse};
 use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
-use pyo3::intern;
 use qdl::{Codec, ForeignLoadGen, ForeignSut, NodeAddr, Qdl, QdlConfig, QdlError, StoredSample};
 
 /// The samples the harness's QSL loaded, as the QDL sends them.
@@ -171,9 +171,7 @@ fn client_tls(
                 .map(|p| p.parse::<Fingerprint>().map_err(config_error))
                 .collect::<PyResult<_>>()?,
         ),
-        (true, Some(ca), false) => {
-            ServerCheck::Ca(read_certs(ca.as_ref()).map_err(config_error)?)
-        }
+        (true, Some(ca), false) => ServerCheck::Ca(read_certs(ca.as_ref()).map_err(config_error)?),
         (true, None, true) => ServerCheck::Insecure,
         _ => {
             return Err(config_error(
@@ -186,9 +184,7 @@ fn client_tls(
 
 fn connect_error(e: QdlError) -> PyErr {
     match e {
-        QdlError::Address { .. } | QdlError::Policy { .. } | QdlError::Config(_) => {
-            config_error(e)
-        }
+        QdlError::Address { .. } | QdlError::Policy { .. } | QdlError::Config(_) => config_error(e),
         _ => PyConnectionError::new_err(format!("cannot reach the sut-nodes: {e}")),
     }
 }
@@ -202,8 +198,10 @@ struct PyQdl {
     samples: Arc<Samples>,
     input_codec: CodecSpec,
     node_names: Vec<String>,
-    /// Why the run failed, once the QDL is finished or if `Name()` failed.
-    failure: OnceLock<String>,
+    /// Why the run failed, kept when the QDL is finished.
+    run_failure: OnceLock<String>,
+    /// Why `Name()` failed, if it did.
+    name_failure: OnceLock<String>,
 }
 
 impl PyQdl {
@@ -306,14 +304,20 @@ impl PyQdl {
             samples,
             input_codec: codec,
             node_names,
-            failure: OnceLock::new(),
+            run_failure: OnceLock::new(),
+            name_failure: OnceLock::new(),
         })
     }
 
     /// Stores sample `index` as the QSL loaded it: any object with the
     /// buffer protocol (bytes, bytearray, a C-contiguous numpy array), whose
     /// bytes are copied (and compressed, with an input codec) now, untimed.
-    fn load(&self, py: Python<'_>, index: QuerySampleIndex, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn load(
+        &self,
+        py: Python<'_>,
+        index: QuerySampleIndex,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let buffer = PyUntypedBuffer::get(data)?;
         if !buffer.is_c_contiguous() {
             return Err(PyValueError::new_err(format!(
@@ -383,21 +387,23 @@ impl PyQdl {
         result.unwrap_or_else(|reason| {
             let reason = format!("Name() failed: {reason}");
             eprintln!("mlperf_net_qdl: {reason}");
-            let _ = self.failure.set(reason.clone());
+            let _ = self.name_failure.set(reason.clone());
             format!("Network SUT ({reason})")
         })
     }
 
-    /// Why the run failed (a node lost, stalled, or answering with errors),
-    /// or `None`. Once it failed, every sample was completed with an empty
-    /// answer so that the LoadGen's test ends: its logs are not a result.
+    /// Why the run failed (a node lost, stalled, or answering with errors;
+    /// or `Name()` failed), or `None`. Once it failed, every sample was
+    /// completed with an empty answer so that the LoadGen's test ends: its
+    /// logs are not a result.
     #[getter]
     fn failure(&self) -> Option<String> {
         let guard = self.sut();
         guard
             .as_ref()
             .and_then(|s| s.failure().map(str::to_string))
-            .or_else(|| self.failure.get().cloned())
+            .or_else(|| self.run_failure.get().cloned())
+            .or_else(|| self.name_failure.get().cloned())
     }
 
     /// The nodes' names, as their sessions reported them, in node order.
@@ -423,7 +429,7 @@ impl PyQdl {
         let sut = self.sut.write().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(sut) = sut {
             if let Some(f) = sut.failure() {
-                let _ = self.failure.set(f.to_string());
+                let _ = self.run_failure.set(f.to_string());
             }
             py.detach(move || sut.finish());
         }

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The Python module (mlperf_net_qdl) under the official LoadGen's Python
+# bindings (PyPI mlcommons-loadgen 6.0.17): docs/examples/python_harness.py
+# against two real sut-nodes (synthetic backend) on 127.0.0.1, in Offline
+# (gRPC) and Server (QUIC), in accuracy mode, and with a node killed mid-run.
+#
+# The virtual environment (maturin, mlcommons-loadgen) lives in
+# ${MLPN_CACHE:-~/.cache/mlperf-net}/python-qdl and is reused.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+venv=${MLPN_CACHE:-$HOME/.cache/mlperf-net}/python-qdl
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+if ! "$venv/bin/python" -c "import mlperf_loadgen" 2>/dev/null ||
+    [ ! -x "$venv/bin/maturin" ]; then
+    "$venv/bin/pip" install -q "maturin>=1.9.4,<2" "mlcommons-loadgen==6.0.17"
+fi
+py=$venv/bin/python
+VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH maturin develop -q -m qdl/python/Cargo.toml
+cargo build -q -p sut-node --bin sut-node
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+ok() { echo "python: ok: $*"; passed=$((passed + 1)); }
+fail() { echo "python: FAILED: $*" >&2; failed=$((failed + 1)); }
+
+# start_node NAME SERVICE_US: starts a sut-node on free ports; sets $pid,
+# $grpc (host:port), $quic (host:port) and $fp (its certificate's SHA-256).
+start_node() {
+    local out=$work/$1.out err=$work/$1.err
+    RUST_LOG=warn target/debug/sut-node serve --listen 127.0.0.1:0 --name "$1" \
+        --backend synthetic --service-time "fixed:$2" >"$out" 2>"$err" &
+    pid=$!
+    pids+=("$pid")
+    for _ in $(seq 1 200); do
+        grep -q " ready on " "$out" && break
+        kill -0 "$pid" 2>/dev/null || { cat "$err" >&2; echo "sut-node $1 did not start" >&2; exit 1; }
+        sleep 0.1
+    done
+    grep -q " ready on " "$out" || { echo "sut-node $1 is not ready" >&2; exit 1; }
+    grpc=$(sed -n 's/.* ready on \([^ ]*\) .*/\1/p' "$out")
+    quic=$(sed -n 's/.* quic \([^ ]*\)$/\1/p' "$out")
+    fp=$(sed -n 's/.*fingerprint \([0-9a-f]*\) .*/\1/p' "$err")
+}
+
+harness() {
+    "$py" docs/examples/python_harness.py --total-sample-count 512 \
+        --performance-sample-count 512 "$@"
+}
+
+# check_run DIR RESULT: the four logs, the SUT name from the round trip, the
+# summary's result.
+check_run() {
+    local dir=$1 want=$2 f name
+    for f in summary.txt detail.txt accuracy.json trace.json; do
+        [ -f "$dir/mlperf_log_$f" ] || { fail "$dir: no mlperf_log_$f"; return; }
+    done
+    name=$(grep -o '"key": "sut_name", "value": "[^"]*"' "$dir/mlperf_log_detail.txt" | sed 's/.*"value": //')
+    case $name in
+        *"Network SUT ("*py-a*py-b*")"*) ;;
+        *) fail "$dir: SUT name $name"; return ;;
+    esac
+    grep -q "^Result is : $want\$" "$dir/mlperf_log_summary.txt" ||
+        { fail "$dir: summary: $(grep '^Result is' "$dir/mlperf_log_summary.txt")"; return; }
+    ok "$dir: four logs, SUT name $name, $want"
+}
+
+# 1 ms per sample and node: about 2,000 samples/s from the two nodes.
+start_node py-a 1000
+a_grpc=$grpc a_quic=$quic a_fp=$fp
+start_node py-b 1000
+b_grpc=$grpc b_quic=$quic b_fp=$fp
+
+# Offline over gRPC: the expected rate is above what the nodes do, so the
+# run lasts its minimum duration.
+if harness --sut "$a_grpc,$b_grpc" --scenario Offline --output-dir "$work/offline" \
+    --set min_duration_ms=1000 --set min_query_count=100 --set offline_expected_qps=4000; then
+    check_run "$work/offline" VALID
+else
+    fail "Offline run exited $?"
+fi
+
+# Server over QUIC at a fifth of the nodes' rate, with a latency bound that
+# a loaded CI machine meets (enough queries for early stopping).
+if harness --sut "quic://$a_quic,quic://$b_quic" --tls-pin "$a_fp" --tls-pin "$b_fp" \
+    --scenario Server --output-dir "$work/server" --set min_duration_ms=3000 \
+    --set min_query_count=1000 --set server_target_qps=400 \
+    --set server_target_latency_ns=100000000; then
+    check_run "$work/server" VALID
+else
+    fail "Server run exited $?"
+fi
+
+# Accuracy: every sample of the data set answered once, with bytes.
+if harness --sut "$a_grpc,$b_grpc" --scenario Offline --mode AccuracyOnly \
+    --output-dir "$work/accuracy"; then
+    if "$py" - "$work/accuracy/mlperf_log_accuracy.json" 512 <<'EOF'; then
+import json, sys
+entries = json.load(open(sys.argv[1]))
+total = int(sys.argv[2])
+indices = sorted(e["qsl_idx"] for e in entries)
+assert indices == list(range(total)), f"answered {len(indices)} samples, not each of {total} once"
+assert all(e["data"] for e in entries), "an empty answer"
+EOF
+        ok "accuracy: each of the 512 samples answered once, with data"
+    else
+        fail "accuracy log"
+    fi
+else
+    fail "accuracy run exited $?"
+fi
+
+# A node killed mid-run: the test ends (no hang), the harness says why and
+# exits non-zero. 5 ms per sample: 20,000 samples take about 50 s.
+start_node py-c 5000
+c_grpc=$grpc c_pid=$pid
+start_node py-d 5000
+d_grpc=$grpc
+dead=$work/dead
+mkdir -p "$dead"
+timeout 120 "$py" docs/examples/python_harness.py --sut "$c_grpc,$d_grpc" \
+    --scenario Offline --output-dir "$dead" --set min_query_count=20000 \
+    --set offline_expected_qps=1 2>"$work/dead.err" &
+harness_pid=$!
+# Kill once the LoadGen has generated its queries (it logs that, then issues).
+for _ in $(seq 1 300); do
+    grep -q '"generated_query_count"' "$dead/mlperf_log_detail.txt" 2>/dev/null && break
+    sleep 0.1
+done
+kill -9 "$c_pid"
+wait "$c_pid" 2>/dev/null || true
+rc=0
+wait "$harness_pid" || rc=$?
+if [ "$rc" = 124 ]; then
+    fail "the run with a dead node hung (killed after 120 s)"
+elif [ "$rc" = 0 ]; then
+    fail "the run with a dead node exited 0"
+elif ! grep -q "network SUT failed: .*py-c" "$work/dead.err" ||
+    grep -q "network SUT failed: Name() failed" "$work/dead.err"; then
+    fail "the run with a dead node exited $rc without naming it: $(tail -3 "$work/dead.err")"
+else
+    ok "dead node: exit $rc, $(grep -o 'network SUT failed: .*' "$work/dead.err" | cut -c1-160)"
+fi
+
+echo "python: $passed passed, $failed failed"
+[ "$failed" = 0 ]
