@@ -107,11 +107,12 @@ else
     fail "Server run exited $?"
 fi
 
-# Accuracy, the data set loaded 128 samples at a time: every sample answered
-# once, with the synthetic backend's answer to that sample's bytes (the
-# harness's synthetic sample i: random.Random(i).randbytes(4096)).
+# Accuracy, the data set loaded 128 samples at a time and sent zstd-compressed:
+# every sample answered once, with the synthetic backend's answer to that
+# sample's bytes (the harness's synthetic sample i:
+# random.Random(i).randbytes(4096)).
 if harness --sut "$a_grpc,$b_grpc" --scenario Offline --mode AccuracyOnly \
-    --performance-sample-count 128 --output-dir "$work/accuracy"; then
+    --performance-sample-count 128 --input-codec zstd --output-dir "$work/accuracy"; then
     if "$py" - "$work/accuracy/mlperf_log_accuracy.json" 512 <<'EOF'; then
 import json, random, sys
 
@@ -148,6 +149,22 @@ EOF
 else
     fail "accuracy run exited $?"
 fi
+
+# Bad options: a clear error before any run, and a non-zero exit.
+expect_refusal() {
+    local why=$1 out rc=0
+    shift
+    out=$(harness --sut "$a_grpc,$b_grpc" --output-dir "$work/refused" "$@" 2>&1) || rc=$?
+    if [ "$rc" != 0 ] && grep -q "$why" <<<"$out" && [ ! -e "$work/refused/mlperf_log_detail.txt" ]; then
+        ok "refused ($*): $(tail -1 <<<"$out" | cut -c1-120)"
+    else
+        fail "not refused as expected ($*): exit $rc: $out"
+    fi
+}
+expect_refusal "invalid dispatch policy" --dispatch fastest
+expect_refusal "input compression is refused for model" --model llama2-70b --input-codec zstd
+expect_refusal "needs a way to check its" --sut "quic://$a_quic"
+expect_refusal "cannot connect" --sut "127.0.0.1:1"
 
 # An LLM in Server: first tokens (FirstTokenComplete), then 8 tokens each.
 start_node py-e 2000 --llm-tokens 8
