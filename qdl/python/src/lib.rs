@@ -265,8 +265,13 @@ impl PyQdl {
             true => Division::Open,
             false => Division::Closed,
         };
-        policy::check_input(&model, codec.kind, division)
-            .map_err(|e| config_error(format!("input_codec: {e}")))?;
+        policy::check_input(&model, codec.kind, division).map_err(|e| {
+            config_error(format!(
+                "input_codec: {} input compression is refused for model {:?}: {}. The open \
+                 division allows it (open_division=True); otherwise use input_codec=\"none\"",
+                e.codec, e.model, e.rule
+            ))
+        })?;
         let config = QdlConfig {
             nodes: node_addrs(nodes)?,
             policy: dispatch
