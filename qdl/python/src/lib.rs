@@ -1,0 +1,469 @@
+//! `mlperf_net_qdl`: the QDL as a Python extension module, so that a Python
+//! harness of the official LoadGen (`mlperf_loadgen`) can run its benchmark
+//! against sut-nodes over the network:
+//!
+//! ```python
+//! qdl = mlperf_net_qdl.Qdl(["10.0.0.2:50051", "10.0.0.3:50051"],
+//!                          model="resnet50", scenario="Offline")
+//! sut = lg.ConstructQDL(qdl.issue_query, qdl.flush_queries, qdl.name)
+//! ```
+//!
+//! The harness's QSL stores each loaded sample's bytes with `qdl.load`;
+//! answers go to `mlperf_loadgen.QuerySamplesComplete` straight from the
+//! QDL's network threads, one call per batch of answers that arrived
+//! together, the GIL held only for that call. See docs/python.md.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use compression::policy::{self, Division};
+use compression::CodecSpec;
+use loadgen_engine::{QuerySample, QuerySampleIndex, QuerySampleResponse};
+use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+use qdl::{Codec, ForeignLoadGen, ForeignSut, NodeAddr, Qdl, QdlConfig, QdlError, StoredSample};
+
+/// The samples the harness's QSL loaded, as the QDL sends them.
+#[derive(Default)]
+struct Samples(RwLock<HashMap<QuerySampleIndex, StoredSample>>);
+
+impl Samples {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<QuerySampleIndex, StoredSample>> {
+        // Inserts and removes are single operations: a panic cannot leave
+        // the map half-changed.
+        self.0.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl qdl::SampleData for Samples {
+    fn sample(&self, index: QuerySampleIndex) -> Option<StoredSample> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&index)
+            .cloned()
+    }
+}
+
+/// `mlperf_loadgen`'s completion entry points, called from the QDL's
+/// network threads.
+struct PythonLoadGen {
+    samples_complete: Py<PyAny>,
+    first_token_complete: Py<PyAny>,
+    response: Py<PyAny>,
+}
+
+impl PythonLoadGen {
+    fn import(py: Python<'_>) -> PyResult<Self> {
+        let lg = py.import("mlperf_loadgen").map_err(|e| {
+            PyRuntimeError::new_err(format!(
+                "the QDL hands answers to the official LoadGen's Python module, which cannot \
+                 be imported ({e}); install it: pip install mlcommons-loadgen"
+            ))
+        })?;
+        Ok(Self {
+            samples_complete: lg.getattr("QuerySamplesComplete")?.unbind(),
+            first_token_complete: lg.getattr("FirstTokenComplete")?.unbind(),
+            response: lg.getattr("QuerySampleResponse")?.unbind(),
+        })
+    }
+
+    /// One call of `entry` with every response of the batch. The answers'
+    /// bytes are not copied: the LoadGen gets their address, valid for the
+    /// duration of the call, and copies what it logs.
+    fn call(&self, entry: &Py<PyAny>, responses: &[QuerySampleResponse<'_>]) {
+        Python::attach(|py| {
+            let result = (|| {
+                let list = PyList::empty(py);
+                for r in responses {
+                    let data = match r.data.is_empty() {
+                        true => 0,
+                        false => r.data.as_ptr() as usize,
+                    };
+                    list.append(
+                        self.response
+                            .call1(py, (r.id, data, r.data.len(), r.n_tokens))?,
+                    )?;
+                }
+                entry.call1(py, (list,))
+            })();
+            if let Err(e) = result {
+                // Nothing to return it to: these calls come from the
+                // network threads.
+                eprintln!("mlperf_net_qdl: handing answers to the LoadGen failed:");
+                e.print(py);
+            }
+        });
+    }
+}
+
+impl ForeignLoadGen for PythonLoadGen {
+    fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        self.call(&self.samples_complete, responses);
+    }
+
+    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        self.call(&self.first_token_complete, responses);
+    }
+}
+
+fn config_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| config_error(format!("{name} must be a positive number of seconds")))
+}
+
+/// The sut-nodes: a list of addresses, or one string of comma-separated
+/// addresses.
+fn node_addrs(nodes: &Bound<'_, PyAny>) -> PyResult<Vec<NodeAddr>> {
+    let addrs: Vec<String> = match nodes.cast::<PyString>() {
+        Ok(s) => s.to_str()?.split(',').map(str::to_string).collect(),
+        Err(_) => nodes.extract().map_err(|_| {
+            config_error("nodes must be a list of addresses (host:port, quic://host:port, ...)")
+        })?,
+    };
+    addrs
+        .iter()
+        .map(|a| a.trim().parse::<NodeAddr>().map_err(config_error))
+        .collect()
+}
+
+/// How node certificates are checked, as loadgen-node's --tls-* flags say.
+fn client_tls(
+    pins: Vec<String>,
+    ca: Option<String>,
+    insecure: bool,
+    client_cert: Option<String>,
+    client_key: Option<String>,
+) -> PyResult<Option<ClientTls>> {
+    let identity = match (client_cert, client_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            Identity::from_pem_files(cert.as_ref(), key.as_ref()).map_err(config_error)?,
+        )),
+        (None, None) => None,
+        _ => {
+            return Err(config_error(
+                "tls_client_cert and tls_client_key go together",
+            ))
+        }
+    };
+    let check = match (pins.is_empty(), ca, insecure) {
+        (true, None, false) if identity.is_none() => return Ok(None),
+        (true, None, false) => {
+            return Err(config_error(
+                "tls_client_cert: also say how to check the sut-nodes' certificates: \
+                 tls_pin, tls_ca or tls_insecure",
+            ))
+        }
+        (false, None, false) => ServerCheck::Pinned(
+            pins.iter()
+                .map(|p| p.parse::<Fingerprint>().map_err(config_error))
+                .collect::<PyResult<_>>()?,
+        ),
+        (true, Some(ca), false) => ServerCheck::Ca(read_certs(ca.as_ref()).map_err(config_error)?),
+        (true, None, true) => ServerCheck::Insecure,
+        _ => {
+            return Err(config_error(
+                "give only one of tls_pin, tls_ca and tls_insecure",
+            ))
+        }
+    };
+    Ok(Some(ClientTls { check, identity }))
+}
+
+fn connect_error(e: QdlError) -> PyErr {
+    match e {
+        QdlError::Address { .. } | QdlError::Policy { .. } | QdlError::Config(_) => config_error(e),
+        _ => PyConnectionError::new_err(format!("cannot reach the sut-nodes: {e}")),
+    }
+}
+
+/// The Query Dispatch Library: the official LoadGen's SUT, forwarding every
+/// sample to the sut-nodes. Connects when created.
+#[pyclass(frozen, name = "Qdl", module = "mlperf_net_qdl")]
+struct PyQdl {
+    /// `None` once finished.
+    sut: RwLock<Option<ForeignSut>>,
+    samples: Arc<Samples>,
+    input_codec: CodecSpec,
+    node_names: Vec<String>,
+    /// Why the run failed, kept when the QDL is finished.
+    run_failure: OnceLock<String>,
+    /// Why `Name()` failed, if it did.
+    name_failure: OnceLock<String>,
+}
+
+impl PyQdl {
+    fn sut(&self) -> RwLockReadGuard<'_, Option<ForeignSut>> {
+        // Only `finish` writes, with a single `take`.
+        self.sut.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn finished() -> PyErr {
+        PyRuntimeError::new_err("the QDL is finished; create a new one for the next test")
+    }
+}
+
+#[pymethods]
+impl PyQdl {
+    /// Connects `connections_per_node` connections to every node and starts
+    /// a session for `model` and `scenario` on each.
+    #[new]
+    #[pyo3(signature = (
+        nodes, *, model, scenario,
+        connections_per_node = 2,
+        dispatch = "least-outstanding",
+        input_codec = "none",
+        open_division = false,
+        node_timeout = 10.0,
+        progress_timeout = 120.0,
+        connect_timeout = 10.0,
+        max_answer_bytes = qdl::DEFAULT_MAX_ANSWER_BYTES,
+        io_threads = None,
+        tls_pin = Vec::new(),
+        tls_ca = None,
+        tls_insecure = false,
+        tls_client_cert = None,
+        tls_client_key = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        nodes: &Bound<'_, PyAny>,
+        model: String,
+        scenario: String,
+        connections_per_node: usize,
+        dispatch: &str,
+        input_codec: &str,
+        open_division: bool,
+        node_timeout: f64,
+        progress_timeout: f64,
+        connect_timeout: f64,
+        max_answer_bytes: usize,
+        io_threads: Option<usize>,
+        tls_pin: Vec<String>,
+        tls_ca: Option<String>,
+        tls_insecure: bool,
+        tls_client_cert: Option<String>,
+        tls_client_key: Option<String>,
+    ) -> PyResult<Self> {
+        let codec: CodecSpec = input_codec
+            .parse()
+            .map_err(|e| config_error(format!("input_codec: {e}")))?;
+        let division = match open_division {
+            true => Division::Open,
+            false => Division::Closed,
+        };
+        policy::check_input(&model, codec.kind, division).map_err(|e| {
+            config_error(format!(
+                "input_codec: {} input compression is refused for model {:?}: {}. The open \
+                 division allows it (open_division=True); otherwise use input_codec=\"none\"",
+                e.codec, e.model, e.rule
+            ))
+        })?;
+        let config = QdlConfig {
+            nodes: node_addrs(nodes)?,
+            policy: dispatch
+                .parse()
+                .map_err(|e| config_error(format!("dispatch: {e}")))?,
+            connections_per_node,
+            model,
+            scenario,
+            input_codec: Codec::from(codec.kind),
+            stall_timeout: seconds("node_timeout", node_timeout)?,
+            progress_timeout: match progress_timeout {
+                0.0 => None,
+                secs => Some(seconds("progress_timeout", secs)?),
+            },
+            connect_timeout: seconds("connect_timeout", connect_timeout)?,
+            max_answer_bytes,
+            tls: client_tls(
+                tls_pin,
+                tls_ca,
+                tls_insecure,
+                tls_client_cert,
+                tls_client_key,
+            )?,
+            io_threads: io_threads.unwrap_or_else(qdl::default_io_threads),
+        };
+        let loadgen = Arc::new(PythonLoadGen::import(py)?);
+        let samples = Arc::new(Samples::default());
+        let data = samples.clone();
+        let qdl = py
+            .detach(move || Qdl::connect(config, data))
+            .map_err(connect_error)?;
+        let node_names = qdl.node_names();
+        Ok(Self {
+            sut: RwLock::new(Some(ForeignSut::new(qdl, loadgen))),
+            samples,
+            input_codec: codec,
+            node_names,
+            run_failure: OnceLock::new(),
+            name_failure: OnceLock::new(),
+        })
+    }
+
+    /// Stores sample `index` as the QSL loaded it: any object with the
+    /// buffer protocol (bytes, bytearray, a C-contiguous numpy array), whose
+    /// bytes are copied (and compressed, with an input codec) now, untimed.
+    fn load(
+        &self,
+        py: Python<'_>,
+        index: QuerySampleIndex,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let buffer = PyUntypedBuffer::get(data)?;
+        if !buffer.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "sample {index}: the data must be C-contiguous (numpy.ascontiguousarray)"
+            )));
+        }
+        // SAFETY: a C-contiguous buffer is `len_bytes` bytes from `buf_ptr`;
+        // the buffer, and so the memory, lives until the copy is made.
+        let raw = unsafe {
+            std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes())
+        }
+        .to_vec();
+        buffer.release(py);
+        let spec = self.input_codec;
+        let stored = py.detach(move || match spec.compresses() {
+            false => StoredSample::raw(Bytes::from(raw)),
+            true => StoredSample {
+                payload: Bytes::from(spec.codec().compress(&raw)),
+                codec: Codec::from(spec.kind),
+                raw_len: raw.len(),
+            },
+        });
+        self.samples.write().insert(index, stored);
+        Ok(())
+    }
+
+    /// Forgets sample `index`.
+    fn unload(&self, index: QuerySampleIndex) {
+        self.samples.write().remove(&index);
+    }
+
+    /// The LoadGen's `IssueQuery`: `samples` is its list of `QuerySample`
+    /// (`.id`, `.index`). Sends each sample to a node and returns.
+    fn issue_query(&self, py: Python<'_>, samples: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut issued = Vec::with_capacity(samples.len().unwrap_or(0));
+        for s in samples.try_iter()? {
+            let s = s?;
+            issued.push(QuerySample {
+                id: s.getattr(intern!(py, "id"))?.extract()?,
+                index: s.getattr(intern!(py, "index"))?.extract()?,
+            });
+        }
+        let guard = self.sut();
+        let sut = guard.as_ref().ok_or_else(Self::finished)?;
+        // Without the GIL: the network threads need it to complete samples.
+        py.detach(|| sut.issue_query(&issued));
+        Ok(())
+    }
+
+    /// The LoadGen's `FlushQueries`: nothing waits to be sent.
+    fn flush_queries(&self) {
+        if let Some(sut) = self.sut().as_ref() {
+            sut.flush_queries();
+        }
+    }
+
+    /// The LoadGen's `Name()`: asks every node for its name (a round trip
+    /// each) and returns `Network SUT (N nodes: a, b)`. Never raises, as the
+    /// LoadGen cannot take an exception here: a failure is kept in
+    /// `failure` and named in the returned string.
+    fn name(&self, py: Python<'_>) -> String {
+        let guard = self.sut();
+        let result = match guard.as_ref() {
+            Some(sut) => py.detach(|| sut.name()).map_err(|e| e.0),
+            None => Err("the QDL is finished".to_string()),
+        };
+        result.unwrap_or_else(|reason| {
+            let reason = format!("Name() failed: {reason}");
+            eprintln!("mlperf_net_qdl: {reason}");
+            let _ = self.name_failure.set(reason.clone());
+            format!("Network SUT ({reason})")
+        })
+    }
+
+    /// Why the run failed (a node lost, stalled, or answering with errors;
+    /// or `Name()` failed), or `None`. Once it failed, every sample was
+    /// completed with an empty answer so that the LoadGen's test ends: its
+    /// logs are not a result.
+    #[getter]
+    fn failure(&self) -> Option<String> {
+        let guard = self.sut();
+        guard
+            .as_ref()
+            .and_then(|s| s.failure().map(str::to_string))
+            .or_else(|| self.run_failure.get().cloned())
+            .or_else(|| self.name_failure.get().cloned())
+    }
+
+    /// The nodes' names, as their sessions reported them, in node order.
+    #[getter]
+    fn node_names(&self) -> Vec<String> {
+        self.node_names.clone()
+    }
+
+    /// What the QDL knows about the run, as (key, value) pairs: transport,
+    /// nodes, connections, codecs, bytes on the wire.
+    fn report(&self) -> PyResult<Vec<(String, String)>> {
+        use loadgen_engine::SystemUnderTest;
+        let guard = self.sut();
+        let sut = guard.as_ref().ok_or_else(Self::finished)?;
+        Ok(sut.qdl().report())
+    }
+
+    /// Ends the sessions after the test (call it once `StartTest` has
+    /// returned). The network threads stay, idle, until the process exits:
+    /// the official LoadGen must not see a thread that completed samples
+    /// exit.
+    fn finish(&self, py: Python<'_>) {
+        let sut = self.sut.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(sut) = sut {
+            if let Some(f) = sut.failure() {
+                let _ = self.run_failure.set(f.to_string());
+            }
+            py.detach(move || sut.finish());
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.finish(py);
+        false
+    }
+}
+
+impl Drop for PyQdl {
+    fn drop(&mut self) {
+        // Not finished: keep its threads (and sessions) until the process
+        // exits rather than let threads that completed samples exit.
+        if let Some(sut) = self.sut.get_mut().ok().and_then(Option::take) {
+            std::mem::forget(sut);
+        }
+    }
+}
+
+#[pymodule]
+fn mlperf_net_qdl(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyQdl>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
