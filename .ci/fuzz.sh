@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short run of every fuzz target (fuzz/fuzz_targets: the config parser, the
+# A short run of every fuzz target (tests/fuzz/fuzz_targets: the config parser, the
 # .npy reader, the QUIC frame decoder, the protobuf messages of both
 # directions, the codecs' decoders, the SSE parser), FUZZ_SECONDS each
 # (default 10). Needs a nightly toolchain and cargo-fuzz; they are installed
@@ -21,9 +21,10 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
         exit 0
     }
 fi
-cargo +nightly fuzz build
-for target in $(cargo +nightly fuzz list); do
+fuzz=(--fuzz-dir tests/fuzz)
+cargo +nightly fuzz build "${fuzz[@]}"
+for target in $(cargo +nightly fuzz list "${fuzz[@]}"); do
     echo "fuzz: $target for ${seconds} s"
-    cargo +nightly fuzz run "$target" -- -max_total_time="$seconds" -rss_limit_mb=2048
+    cargo +nightly fuzz run "${fuzz[@]}" "$target" -- -max_total_time="$seconds" -rss_limit_mb=2048
 done
 echo "fuzz: every target ran ${seconds} s without a finding"

@@ -82,7 +82,8 @@ fi
 
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 [ -n "$target_dir" ] || { echo "build-images.sh: cannot find cargo's target directory" >&2; exit 1; }
-cargo_flags=(--bin loadgen-node --bin sut-node)
+# Release images carry every backend (the heavy ones are features).
+cargo_flags=(--bin loadgen-node --bin sut-node --features sut-node/llm,sut-node/onnx)
 [ "$profile" = release ] && cargo_flags+=(--release)
 [ "$official" = 1 ] && cargo_flags+=(--features loadgen-cli/official-loadgen)
 if [ "$libc" = musl ]; then

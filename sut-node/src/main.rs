@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sut_node::backend::kserve::{Kserve, KserveArgs};
+#[cfg(feature = "llm")]
 use sut_node::backend::llm::{Llm, LlmArgs};
+#[cfg(feature = "onnx")]
 use sut_node::backend::onnx::{Onnx, OnnxArgs, OnnxConfig, OnnxError};
 use sut_node::backend::openai::{Openai, OpenaiArgs};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
@@ -206,9 +208,11 @@ struct ServeArgs {
     #[command(flatten)]
     openai: OpenaiArgs,
 
+    #[cfg(feature = "llm")]
     #[command(flatten)]
     llm: LlmArgs,
 
+    #[cfg(feature = "onnx")]
     #[command(flatten)]
     onnx: OnnxArgs,
 }
@@ -293,10 +297,10 @@ enum BackendKind {
     /// see --upstream, --model-name and the OpenAI backend options.
     Openai,
     /// A Llama-family LLM run by candle (--model FILE.gguf or a safetensors
-    /// directory); see the LLM backend options.
+    /// directory); see the LLM backend options. Needs the `llm` feature.
     Llm,
     /// ONNX Runtime in process: --model FILE.onnx; see the ONNX backend
-    /// options.
+    /// options. Needs the `onnx` feature.
     Onnx,
 }
 
@@ -387,8 +391,8 @@ async fn health(args: HealthArgs) -> Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
-    let name = match args.name {
-        Some(name) => name,
+    let name = match &args.name {
+        Some(name) => name.clone(),
         None => hostname(),
     };
     let backend: Arc<dyn Backend> = match args.backend {
@@ -411,18 +415,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
             args.model_name.clone(),
             args.openai.clone(),
         )?),
-        BackendKind::Llm => {
-            let model = args
-                .model
-                .as_deref()
-                .context("--backend llm needs --model")?;
-            Arc::new(Llm::new(model, args.llm.clone())?)
-        }
-        BackendKind::Onnx => Arc::new(Onnx::load(OnnxConfig {
-            model: args.model.clone().ok_or(OnnxError::NoModel)?,
-            args: args.onnx.clone(),
-            max_batch_size: args.max_batch_size as usize,
-        })?),
+        BackendKind::Llm => llm_backend(&args)?,
+        BackendKind::Onnx => onnx_backend(&args)?,
     };
     let max_input_bytes = args
         .max_input_bytes
@@ -485,6 +479,43 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     server::serve_on(bound.endpoints, config, backend, shutdown, on_ready).await?;
     Ok(())
+}
+
+#[cfg(feature = "llm")]
+fn llm_backend(args: &ServeArgs) -> Result<Arc<dyn Backend>> {
+    let model = args
+        .model
+        .as_deref()
+        .context("--backend llm needs --model")?;
+    Ok(Arc::new(Llm::new(model, args.llm.clone())?))
+}
+
+#[cfg(not(feature = "llm"))]
+fn llm_backend(_: &ServeArgs) -> Result<Arc<dyn Backend>> {
+    bail!(not_built("llm"))
+}
+
+#[cfg(feature = "onnx")]
+fn onnx_backend(args: &ServeArgs) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(Onnx::load(OnnxConfig {
+        model: args.model.clone().ok_or(OnnxError::NoModel)?,
+        args: args.onnx.clone(),
+        max_batch_size: args.max_batch_size as usize,
+    })?))
+}
+
+#[cfg(not(feature = "onnx"))]
+fn onnx_backend(_: &ServeArgs) -> Result<Arc<dyn Backend>> {
+    bail!(not_built("onnx"))
+}
+
+/// Why a backend left out of this build cannot serve.
+#[cfg(not(all(feature = "llm", feature = "onnx")))]
+fn not_built(backend: &str) -> String {
+    format!(
+        "this sut-node was built without the {backend} backend; build it with \
+         `cargo build --release -p sut-node --features {backend}` (the release images have it)"
+    )
 }
 
 /// Transports and TLS of `serve`.

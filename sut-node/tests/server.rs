@@ -797,3 +797,39 @@ async fn decoded_inputs_waiting_to_run_stay_within_the_budget() {
     assert_eq!(answered.len(), 21);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_message_over_the_limit_is_refused_at_its_header() {
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_message_bytes: 64 << 10,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-small")
+    };
+    let node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
+    let endpoint = Channel::from_shared(format!("http://{}", node.addr)).unwrap();
+    let channel = within("connect", endpoint.connect()).await.unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    within("ready", grpc.ready()).await.unwrap();
+    // 200 KiB in one message, over the node's 64 KiB.
+    let big = Garbage {
+        sample: vec![0u8; 200 << 10],
+    };
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/mlperf_net.v1.SutNode/Infer");
+    let codec = tonic_prost::ProstCodec::<Garbage, FromNode>::default();
+    let request = tonic::Request::new(tokio_stream::iter([big]));
+    let mut stream = within("infer", grpc.streaming(request, path, codec))
+        .await
+        .unwrap()
+        .into_inner();
+    let end = loop {
+        match within("the stream's end", stream.message()).await {
+            Ok(Some(m)) => assert!(m.answers.is_empty()),
+            Ok(None) => panic!("the stream ended with OK"),
+            Err(status) => break status,
+        }
+    };
+    assert!(end.message().contains("too large"), "{end}");
+    node.stop().await;
+}

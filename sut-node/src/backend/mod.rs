@@ -9,7 +9,9 @@ use thiserror::Error;
 
 mod forward;
 pub mod kserve;
+#[cfg(feature = "llm")]
 pub mod llm;
+#[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod openai;
 pub mod synthetic;

@@ -549,19 +549,20 @@ impl Accumulator {
 
 /// Splits a server-sent event stream into the `data` of its events.
 #[derive(Default)]
-struct SseParser {
+pub struct SseParser {
     buf: BytesMut,
     data: String,
     has_data: bool,
 }
 
 impl SseParser {
-    fn push(&mut self, bytes: &[u8]) {
+    /// Appends bytes of the stream as they arrive.
+    pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
 
     /// The next complete event's data, if one has arrived.
-    fn next_event(&mut self) -> Option<String> {
+    pub fn next_event(&mut self) -> Option<String> {
         while let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
             let mut line = self.buf.split_to(end + 1);
             line.truncate(end);
