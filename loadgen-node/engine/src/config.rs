@@ -677,7 +677,7 @@ impl ConfigFile {
 
     /// Refuses keys whose last part is no setting LoadGen knows (a typo
     /// would otherwise be ignored silently, as the official LoadGen does).
-    pub(crate) fn check_known_keys(&self) -> Result<(), ConfigError> {
+    pub fn check_known_keys(&self) -> Result<(), ConfigError> {
         let mut unknown: Vec<(&String, &Entry)> = self
             .entries
             .iter()
