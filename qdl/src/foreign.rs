@@ -10,8 +10,15 @@
 //! every outstanding sample and every later one is completed at once with an
 //! empty answer, so that the test ends promptly. The failure is kept for the
 //! caller, who must not present that run's logs as a result.
+//!
+//! A caller that ends the process when the run fails
+//! ([`ForeignSut::ending_the_process`]) needs no such set: the QDL already
+//! completes only ids it sent, each once (an answer for any other id fails
+//! the run), and nothing has to be drained. That saves two hash-set
+//! operations per sample on the timed path.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -30,9 +37,10 @@ pub trait ForeignLoadGen: Send + Sync {
     fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]);
     fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]);
     /// The run failed (called once, after the outstanding samples were
-    /// completed). The official LoadGen goes on issuing until its minimum
-    /// duration and query count are met whatever happens; a caller that
-    /// cannot wait that long ends the process here.
+    /// completed, if they are tracked). The official LoadGen goes on issuing
+    /// until its minimum duration and query count are met whatever happens;
+    /// a caller that cannot wait that long ends the process here, and must
+    /// with [`ForeignSut::ending_the_process`].
     fn failed(&self, _reason: &str) {}
 }
 
@@ -41,20 +49,43 @@ pub trait ForeignLoadGen: Send + Sync {
 /// samples in one call exits.
 const DRAIN_CHUNK: usize = 512;
 
+/// Response ids are distinct addresses: one multiply spreads them well
+/// enough, far cheaper than the default hasher on a path that sees every
+/// sample twice.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+
 struct Tracker {
     out: Arc<dyn ForeignLoadGen>,
-    outstanding: Mutex<HashSet<u64>>,
+    /// The outstanding ids; `None` when a failure ends the process.
+    outstanding: Option<Mutex<IdSet>>,
     failed: AtomicBool,
     failure: OnceLock<String>,
 }
 
 impl Tracker {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, IdSet>> {
         // A panic while holding the lock leaves a set that is still
         // consistent (inserts and removes are single operations).
         self.outstanding
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// Completes `ids` with empty answers, in small calls.
@@ -69,7 +100,10 @@ impl Tracker {
     }
 
     fn drain(&self) {
-        let ids: Vec<u64> = self.lock().drain().collect();
+        let ids: Vec<u64> = match self.lock() {
+            Some(mut set) => set.drain().collect(),
+            None => return,
+        };
         self.complete_empty(&ids);
     }
 }
@@ -81,8 +115,7 @@ impl CompletionSink for Tracker {
         // issued) must not reach the LoadGen: from the first such id on, the
         // ones to pass on are collected.
         let mut known: Option<Vec<QuerySampleResponse<'_>>> = None;
-        {
-            let mut set = self.lock();
+        if let Some(mut set) = self.lock() {
             for (i, r) in responses.iter().enumerate() {
                 let outstanding = set.remove(&r.id);
                 match (&mut known, outstanding) {
@@ -107,7 +140,9 @@ impl CompletionSink for Tracker {
     }
 
     fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
-        let set = self.lock();
+        let Some(set) = self.lock() else {
+            return self.out.first_tokens_complete(responses);
+        };
         if responses.iter().all(|r| set.contains(&r.id)) {
             drop(set);
             self.out.first_tokens_complete(responses);
@@ -143,10 +178,22 @@ pub struct ForeignSut {
 }
 
 impl ForeignSut {
+    /// A failed run is drained: every outstanding and later sample is
+    /// completed at once, so that the LoadGen ends its test.
     pub fn new(qdl: Qdl, out: Arc<dyn ForeignLoadGen>) -> Self {
+        Self::with(qdl, out, Some(Mutex::new(IdSet::default())))
+    }
+
+    /// For a caller whose [`ForeignLoadGen::failed`] ends the process: no
+    /// outstanding ids are kept (see the module's documentation).
+    pub fn ending_the_process(qdl: Qdl, out: Arc<dyn ForeignLoadGen>) -> Self {
+        Self::with(qdl, out, None)
+    }
+
+    fn with(qdl: Qdl, out: Arc<dyn ForeignLoadGen>, outstanding: Option<Mutex<IdSet>>) -> Self {
         let tracker = Arc::new(Tracker {
             out,
-            outstanding: Mutex::new(HashSet::new()),
+            outstanding,
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
         });
@@ -171,7 +218,10 @@ impl ForeignSut {
             return self.tracker.complete_empty(&ids);
         }
         // Known before any answer can arrive.
-        self.tracker.lock().extend(samples.iter().map(|s| s.id));
+        if let Some(mut set) = self.tracker.lock() {
+            set.reserve(samples.len());
+            set.extend(samples.iter().map(|s| s.id));
+        }
         self.qdl.issue_query(samples, &self.completer);
     }
 
@@ -232,7 +282,7 @@ mod tests {
         let rec = Arc::new(Recorder::default());
         let t = Tracker {
             out: rec.clone(),
-            outstanding: Mutex::new(ids.into_iter().collect()),
+            outstanding: Some(Mutex::new(ids.into_iter().collect())),
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
         };
@@ -254,7 +304,7 @@ mod tests {
         ]);
         let calls = rec.completed.lock().unwrap().clone();
         assert_eq!(calls, vec![vec![(10, 2), (20, 1)], vec![(30, 3)]]);
-        assert!(t.lock().is_empty());
+        assert!(t.lock().expect("tracked").is_empty());
     }
 
     #[test]
@@ -266,7 +316,7 @@ mod tests {
         ]);
         assert_eq!(*rec.first_tokens.lock().unwrap(), vec![1]);
         // First tokens do not complete the sample.
-        assert_eq!(t.lock().len(), 2);
+        assert_eq!(t.lock().expect("tracked").len(), 2);
     }
 
     #[test]
@@ -284,5 +334,36 @@ mod tests {
         // An answer arriving after the drain is dropped, not completed twice.
         t.query_samples_complete(&[QuerySampleResponse::new(5, b"late")]);
         assert_eq!(rec.completed.lock().unwrap().len(), calls.len());
+    }
+
+    #[test]
+    fn untracked_answers_pass_straight_through_and_a_failure_is_reported_once() {
+        #[derive(Default)]
+        struct Failing(Recorder, Mutex<Vec<String>>);
+        impl ForeignLoadGen for Failing {
+            fn samples_complete(&self, r: &[QuerySampleResponse<'_>]) {
+                self.0.samples_complete(r)
+            }
+            fn first_tokens_complete(&self, r: &[QuerySampleResponse<'_>]) {
+                self.0.first_tokens_complete(r)
+            }
+            fn failed(&self, reason: &str) {
+                self.1.lock().unwrap().push(reason.to_string());
+            }
+        }
+        let out = Arc::new(Failing::default());
+        let t = Tracker {
+            out: out.clone(),
+            outstanding: None,
+            failed: AtomicBool::new(false),
+            failure: OnceLock::new(),
+        };
+        t.query_samples_complete(&[QuerySampleResponse::new(4, b"ab")]);
+        t.first_token_complete(&[QuerySampleResponse::new(5, b"t")]);
+        t.abort("node gone".into());
+        t.abort("later".into());
+        assert_eq!(*out.0.completed.lock().unwrap(), vec![vec![(4, 2)]]);
+        assert_eq!(*out.0.first_tokens.lock().unwrap(), vec![5]);
+        assert_eq!(*out.1.lock().unwrap(), vec!["node gone".to_string()]);
     }
 }

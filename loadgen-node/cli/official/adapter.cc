@@ -21,8 +21,8 @@
 
 extern "C" {
 
-// The layout of mlperf::QuerySample, so that IssueQuery hands its vector's
-// storage to Rust as it is.
+// The layout of mlperf::QuerySample (and of the Rust engine's QuerySample),
+// so that IssueQuery hands its vector's storage to Rust as it is.
 struct lgn_sample {
   uint64_t id;
   uint64_t index;

@@ -28,12 +28,6 @@ use crate::run::{self, RunArgs};
 use loadgen_engine::null_sut::SizedQsl;
 
 #[repr(C)]
-struct Sample {
-    id: u64,
-    index: u64,
-}
-
-#[repr(C)]
 struct Response {
     id: u64,
     data: *const u8,
@@ -47,7 +41,7 @@ type SetName = unsafe extern "C" fn(out: *mut c_void, name: *const c_char, len: 
 struct Callbacks {
     ctx: *mut c_void,
     sut_name: extern "C" fn(ctx: *mut c_void, out: *mut c_void, set: SetName),
-    issue_query: extern "C" fn(ctx: *mut c_void, samples: *const Sample, count: usize),
+    issue_query: extern "C" fn(ctx: *mut c_void, samples: *const QuerySample, count: usize),
     flush_queries: extern "C" fn(ctx: *mut c_void),
     load_samples: extern "C" fn(ctx: *mut c_void, indices: *const usize, count: usize),
     unload_samples: extern "C" fn(ctx: *mut c_void, indices: *const usize, count: usize),
@@ -190,22 +184,19 @@ extern "C" fn sut_name(ctx: *mut c_void, out: *mut c_void, set: SetName) {
     unsafe { set(out, name.as_ptr().cast(), name.len()) }
 }
 
-extern "C" fn issue_query(ctx: *mut c_void, samples: *const Sample, count: usize) {
+// mlperf::QuerySample is two 64-bit fields, as QuerySample (repr(C)) is.
+const _: () = assert!(std::mem::size_of::<QuerySample>() == 16);
+const _: () = assert!(std::mem::size_of::<usize>() == 8);
+
+extern "C" fn issue_query(ctx: *mut c_void, samples: *const QuerySample, count: usize) {
     if count == 0 {
         return;
     }
-    // SAFETY: the adapter passes its std::vector<QuerySample>'s storage,
-    // same layout (checked by static_assert there), valid for this call.
-    let raw = unsafe { std::slice::from_raw_parts(samples, count) };
-    let samples: Vec<QuerySample> = raw
-        .iter()
-        .map(|s| QuerySample {
-            id: s.id,
-            index: s.index as usize,
-        })
-        .collect();
+    // SAFETY: the adapter passes its std::vector<mlperf::QuerySample>'s
+    // storage, valid for this call, whose layout QuerySample shares.
+    let samples = unsafe { std::slice::from_raw_parts(samples, count) };
     if let Some(sut) = &harness(ctx).sut {
-        sut.issue_query(&samples);
+        sut.issue_query(samples);
     }
 }
 
@@ -332,7 +323,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         if let Some(addr) = &args.metrics {
             crate::metrics::serve(addr, None, Some(qdl.view()))?;
         }
-        let sut = ForeignSut::new(qdl, Arc::new(official));
+        // A failure ends the process (`OfficialLoadGen::failed`): nothing to
+        // drain, so no set of outstanding ids.
+        let sut = ForeignSut::ending_the_process(qdl, Arc::new(official));
         let data = qsl.source().clone();
         (
             Harness {

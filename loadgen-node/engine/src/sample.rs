@@ -6,8 +6,11 @@ pub type ResponseId = u64;
 /// Position of a sample in the QSL, `0 <= index < total_sample_count`.
 pub type QuerySampleIndex = usize;
 
-/// One sample of a query, as handed to the SUT.
+/// One sample of a query, as handed to the SUT. Laid out as the official
+/// LoadGen's `mlperf::QuerySample` (an id, then an index, 64 bits each), so
+/// that a query from it is handed over without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct QuerySample {
     /// Handle to answer with.
     pub id: ResponseId,
