@@ -45,6 +45,62 @@ pub const HEADER_LEN: usize = 5;
 pub const MAX_CONTROL_FRAME: usize = 64 << 10;
 /// Largest frame on an Infer stream: the gRPC path's message limit.
 pub const MAX_DATA_FRAME: usize = 1 << 30;
+
+/// Largest UDP payload path MTU discovery tries.
+pub const MAX_UDP_PAYLOAD: u16 = 65_527;
+/// Most bytes (samples or answers) handed to quinn in one write.
+pub const MAX_WRITE: usize = 1 << 20;
+/// UDP socket buffers asked for (the kernel caps them at its maximum,
+/// `net.core.rmem_max`/`wmem_max`): the default (about 200 KiB) overflows
+/// under bursts of large samples, and every datagram dropped there is a loss
+/// that slows QUIC's congestion control down.
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// The QUIC transport settings of both ends, kept in one place so that they
+/// match. `peer_streams`: how many bidirectional streams the peer may open
+/// (the LoadGen node opens them all; the node opens none).
+pub fn transport_config(peer_streams: u32) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(peer_streams.into());
+    t.max_concurrent_uni_streams(0u32.into());
+    // Flow control as gRPC's windows: a stream held back by a full batcher
+    // never blocks the connection's other streams.
+    t.stream_receive_window((8u32 << 20).into());
+    t.receive_window((32u32 << 20).into());
+    t.send_window(32 << 20);
+    // A run may start long after the session (the QSL loads its samples
+    // first): keep the connection alive meanwhile. A stalled node is the
+    // QDL's watchdog's business, within --node-timeout.
+    t.keep_alive_interval(Some(std::time::Duration::from_secs(2)));
+    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
+        30_000,
+    ))));
+    // Let path MTU discovery go past Ethernet's 1500 bytes where the path
+    // allows (jumbo frames, loopback): fewer, larger packets per sample.
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    t.mtu_discovery_config(Some(mtu));
+    t
+}
+
+/// Accepts datagrams up to `MAX_UDP_PAYLOAD`, so that path MTU discovery
+/// can grow packets past 1452 bytes where the path allows.
+pub fn endpoint_config() -> quinn::EndpointConfig {
+    let mut config = quinn::EndpointConfig::default();
+    // In range by construction (1200..=65527).
+    let _ = config.max_udp_payload_size(MAX_UDP_PAYLOAD);
+    config
+}
+
+/// A UDP socket on `addr` with large buffers.
+pub fn udp_socket(addr: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let sock = socket2::SockRef::from(&socket);
+    // Best effort: a smaller buffer only costs throughput.
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    Ok(socket)
+}
 /// Sample payloads at least this large are sent as their own chunk rather
 /// than copied into the frame buffer.
 const ZERO_COPY_MIN: usize = 8 << 10;

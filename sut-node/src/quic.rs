@@ -18,8 +18,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use prost::Message;
 use proto::quic::{
-    encode_error, encode_message, stream_type, Frame, FrameDecoder, FrameError, FrameWriter,
-    MAX_CONTROL_FRAME, MAX_DATA_FRAME,
+    self, encode_error, encode_message, stream_type, udp_socket, Frame, FrameDecoder, FrameError,
+    FrameWriter, MAX_CONTROL_FRAME, MAX_DATA_FRAME, MAX_WRITE,
 };
 use proto::sut_node_server::SutNode;
 use proto::{FromNode, HealthRequest, NameRequest, SessionRequest, ToNode};
@@ -39,32 +39,12 @@ const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long, after its last frame, a stream waits for the client to
 /// acknowledge it before the connection may close.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
-/// Largest UDP payload path MTU discovery tries.
-const MAX_UDP_PAYLOAD: u16 = 65_527;
-/// Most bytes of answers written at once.
-const MAX_WRITE: usize = 1 << 20;
+/// Control streams come and go; an Infer stream lasts the run.
+const CLIENT_STREAMS: u32 = 256;
 
-/// The node's QUIC settings (the LoadGen node's, in `qdl`, match them).
+/// The node's QUIC settings: those of `proto::quic`, the LoadGen node's too.
 pub fn transport_config() -> quinn::TransportConfig {
-    let mut t = quinn::TransportConfig::default();
-    // Control streams come and go; an Infer stream lasts the run.
-    t.max_concurrent_bidi_streams(256u32.into());
-    t.max_concurrent_uni_streams(0u32.into());
-    // Flow control as gRPC's windows: a stream held back by a full batcher
-    // never blocks the connection's other streams.
-    t.stream_receive_window((8u32 << 20).into());
-    t.receive_window((32u32 << 20).into());
-    t.send_window(32 << 20);
-    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
-        30_000,
-    ))));
-    t.keep_alive_interval(Some(Duration::from_secs(2)));
-    // Let path MTU discovery go past Ethernet's 1500 bytes where the path
-    // allows (jumbo frames, loopback): fewer, larger packets per sample.
-    let mut mtu = quinn::MtuDiscoveryConfig::default();
-    mtu.upper_bound(MAX_UDP_PAYLOAD);
-    t.mtu_discovery_config(Some(mtu));
-    t
+    quic::transport_config(CLIENT_STREAMS)
 }
 
 /// A QUIC endpoint on `addr` (UDP) serving with `tls` (its ALPN must be
@@ -83,29 +63,9 @@ pub fn endpoint(addr: SocketAddr, tls: rustls::ServerConfig) -> std::io::Result<
     )
 }
 
-/// UDP socket buffers asked for (the kernel caps them at its maximum,
-/// `net.core.rmem_max`/`wmem_max`): the default (about 200 KiB) overflows
-/// under bursts of large samples, and every datagram dropped there is a loss
-/// that slows QUIC's congestion control down.
-const SOCKET_BUFFER: usize = 8 << 20;
-
-/// A UDP socket on `addr` with large buffers.
-fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let socket = std::net::UdpSocket::bind(addr)?;
-    let sock = socket2::SockRef::from(&socket);
-    // Best effort: a smaller buffer only costs throughput.
-    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-    Ok(socket)
-}
-
-/// Accepts datagrams up to `MAX_UDP_PAYLOAD`, so that path MTU discovery
-/// can grow packets past 1452 bytes where the path allows.
+/// Accepts datagrams up to `proto::quic::MAX_UDP_PAYLOAD`.
 pub fn endpoint_config() -> quinn::EndpointConfig {
-    let mut config = quinn::EndpointConfig::default();
-    // In range by construction (1200..=65527).
-    let _ = config.max_udp_payload_size(MAX_UDP_PAYLOAD);
-    config
+    quic::endpoint_config()
 }
 
 /// Accepts connections until the node stops, then lets the open ones finish

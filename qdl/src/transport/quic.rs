@@ -11,13 +11,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use prost::Message;
 use proto::quic::{
-    encode_message, stream_type, Frame, FrameDecoder, FrameWriter, ALPN, MAX_CONTROL_FRAME,
-    MAX_DATA_FRAME,
+    encode_message, endpoint_config, stream_type, transport_config, udp_socket, Frame,
+    FrameDecoder, FrameWriter, ALPN, MAX_CONTROL_FRAME, MAX_DATA_FRAME, MAX_WRITE,
 };
 use proto::tls::{ClientTls, Presented};
 use proto::{FromNode, NameReply, NameRequest, SessionReply, SessionRequest};
@@ -28,50 +27,8 @@ use super::Outgoing;
 use crate::config::NodeAddr;
 use crate::error::TransportError;
 
-/// Largest UDP payload path MTU discovery tries.
-const MAX_UDP_PAYLOAD: u16 = 65_527;
-/// Most bytes of samples handed to quinn in one write.
-const MAX_WRITE: usize = 1 << 20;
-
-/// The QDL's QUIC settings (the node's are in `sut-node`).
-fn transport_config() -> quinn::TransportConfig {
-    let mut t = quinn::TransportConfig::default();
-    // The node opens no streams.
-    t.max_concurrent_bidi_streams(0u32.into());
-    t.max_concurrent_uni_streams(0u32.into());
-    t.stream_receive_window((8u32 << 20).into());
-    t.receive_window((32u32 << 20).into());
-    t.send_window(32 << 20);
-    // A run may start long after the session (the QSL loads its samples
-    // first): keep the connection alive meanwhile. A stalled node is the
-    // stall watchdog's business, within --node-timeout.
-    t.keep_alive_interval(Some(Duration::from_secs(2)));
-    // Let path MTU discovery go past Ethernet's 1500 bytes where the path
-    // allows (jumbo frames, loopback): fewer, larger packets per sample.
-    let mut mtu = quinn::MtuDiscoveryConfig::default();
-    mtu.upper_bound(MAX_UDP_PAYLOAD);
-    t.mtu_discovery_config(Some(mtu));
-    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
-        30_000,
-    ))));
-    t
-}
-
-/// UDP socket buffers asked for (the kernel caps them at its maximum,
-/// `net.core.rmem_max`/`wmem_max`): the default (about 200 KiB) overflows
-/// under bursts of large samples, and every datagram dropped there is a loss
-/// that slows QUIC's congestion control down.
-const SOCKET_BUFFER: usize = 8 << 20;
-
-/// A UDP socket on `addr` with large buffers.
-fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let socket = std::net::UdpSocket::bind(addr)?;
-    let sock = socket2::SockRef::from(&socket);
-    // Best effort: a smaller buffer only costs throughput.
-    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-    Ok(socket)
-}
+/// The node opens no streams.
+const NODE_STREAMS: u32 = 0;
 
 #[derive(Clone)]
 pub(crate) struct QuicLink {
@@ -100,20 +57,20 @@ impl QuicLink {
         };
         let socket = udp_socket(local)
             .map_err(|e| TransportError(format!("cannot open a UDP socket: {e}")))?;
-        let mut endpoint_config = quinn::EndpointConfig::default();
-        // In range by construction (1200..=65527): datagrams past 1452
-        // bytes are accepted once path MTU discovery finds them usable.
-        let _ = endpoint_config.max_udp_payload_size(MAX_UDP_PAYLOAD);
-        let endpoint =
-            quinn::Endpoint::new(endpoint_config, None, socket, Arc::new(quinn::TokioRuntime))
-                .map_err(|e| TransportError(format!("cannot open a QUIC endpoint: {e}")))?;
+        let endpoint = quinn::Endpoint::new(
+            endpoint_config(),
+            None,
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(|e| TransportError(format!("cannot open a QUIC endpoint: {e}")))?;
         let (crypto, presented) = tls
             .client_config(ALPN)
             .map_err(|e| TransportError(e.to_string()))?;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
             .map_err(|e| TransportError(format!("TLS configuration for QUIC: {e}")))?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport_config()));
+        config.transport_config(Arc::new(transport_config(NODE_STREAMS)));
         let name = super::tls::server_name(addr)?.to_str().into_owned();
         let conn = endpoint
             .connect_with(config, remote, &name)
