@@ -25,6 +25,20 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The data set of the end-to-end tests: small samples and a small data
+/// set, as these tests check behaviour, not bandwidth.
+pub const SMALL_DATA: &[&str] = &[
+    "--model",
+    "resnet50",
+    "--sample-bytes",
+    "64",
+    "--total-sample-count",
+    "300",
+    "--performance-sample-count",
+    "100",
+    "--no-trace",
+];
+
 /// A `sut-node serve` process, stopped (SIGKILL) when dropped.
 pub struct SutNode {
     pub name: String,

@@ -2,19 +2,7 @@
 
 use tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
 
-/// Small samples and a small data set: these tests check behaviour, not
-/// bandwidth.
-const DATA: &[&str] = &[
-    "--model",
-    "resnet50",
-    "--sample-bytes",
-    "64",
-    "--total-sample-count",
-    "300",
-    "--performance-sample-count",
-    "100",
-    "--no-trace",
-];
+use tests::SMALL_DATA as DATA;
 
 fn nodes(names: &[&str]) -> Vec<SutNode> {
     names.iter().map(|n| SutNode::start(n, &[])).collect()

@@ -3,17 +3,7 @@
 
 use tests::{loadgen, scratch, sut_list, text, SutNode};
 
-const DATA: &[&str] = &[
-    "--model",
-    "resnet50",
-    "--sample-bytes",
-    "64",
-    "--total-sample-count",
-    "300",
-    "--performance-sample-count",
-    "100",
-    "--no-trace",
-];
+use tests::SMALL_DATA as DATA;
 
 fn ms(v: &serde_json::Value) -> f64 {
     v.as_u64().expect("a number of ns") as f64 / 1e6

@@ -12,17 +12,7 @@ use std::time::{Duration, Instant};
 
 use tests::{accuracy_entries, binary, detail_value, loadgen, scratch, sut_list, text, SutNode};
 
-const DATA: &[&str] = &[
-    "--model",
-    "resnet50",
-    "--sample-bytes",
-    "64",
-    "--total-sample-count",
-    "300",
-    "--performance-sample-count",
-    "100",
-    "--no-trace",
-];
+use tests::SMALL_DATA as DATA;
 
 /// Short runs of each scenario that a pair of synthetic nodes meets easily.
 fn scenarios() -> Vec<(&'static str, Vec<&'static str>)> {
@@ -365,4 +355,52 @@ fn the_official_engine_gets_progress_lines_and_the_breakdown_from_the_qdl() {
     assert!(!std::fs::read_to_string(out.join("mlperf_log_detail.txt"))
         .unwrap()
         .contains("node_compute"));
+}
+
+#[test]
+fn first_tokens_and_token_counts_reach_the_official_loadgen() {
+    let nodes: Vec<SutNode> = ["official-llm-a", "official-llm-b"]
+        .iter()
+        .map(|n| SutNode::start(n, &["--llm-tokens", "8"]))
+        .collect();
+    let sut = sut_list(&nodes);
+    let out = scratch("official-llm");
+    let out_s = out.display().to_string();
+    let o = loadgen(&[
+        "--engine",
+        "official",
+        "--sut",
+        &sut,
+        "--model",
+        "llama2-70b",
+        "--scenario",
+        "Server",
+        "--mode",
+        "PerformanceOnly",
+        "--sample-bytes",
+        "64",
+        "--total-sample-count",
+        "300",
+        "--performance-sample-count",
+        "100",
+        "--no-trace",
+        "--set",
+        "target_qps=100",
+        "--set",
+        "min_duration=2000",
+        "--set",
+        "min_query_count=200",
+        "--output-dir",
+        &out_s,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = summary(&out);
+    // TTFT comes from FirstTokenComplete, the token rate from n_tokens.
+    assert!(s.contains("TTFT Early Stopping Result:"), "{s}");
+    let tps: f64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("Completed tokens per second: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(tps > 0.0, "{s}");
 }

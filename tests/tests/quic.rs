@@ -13,19 +13,7 @@ use tests::{
     binary, detail_is_intact, detail_value, loadgen, pins, quic_list, scratch, text, SutNode,
 };
 
-/// Small samples and a small data set: these tests check behaviour, not
-/// bandwidth.
-const DATA: &[&str] = &[
-    "--model",
-    "resnet50",
-    "--sample-bytes",
-    "64",
-    "--total-sample-count",
-    "300",
-    "--performance-sample-count",
-    "100",
-    "--no-trace",
-];
+use tests::SMALL_DATA as DATA;
 
 /// Short runs of each scenario (settings as `--set` pairs).
 fn scenarios() -> Vec<(&'static str, Vec<&'static str>)> {
