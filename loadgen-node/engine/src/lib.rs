@@ -52,6 +52,7 @@
 
 mod accuracy_log;
 mod aggregator;
+mod c_number;
 pub mod clock;
 mod completion;
 pub mod config;
