@@ -24,6 +24,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::forward::{run_batch, Runtime};
 use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+use reassembly::StreamReassembly;
+
+mod reassembly;
 
 /// Code generated from `proto/kserve_v2.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -425,11 +428,7 @@ impl Kserve {
     }
 
     /// One `ModelStreamInfer` stream per batch, all its requests sent at
-    /// once. A request's responses are gathered until the server marks one
-    /// final (Triton's `triton_final_response`), or, from servers that do not
-    /// mark them, until the first; the first response is the sample's first
-    /// token, the answer is all its responses' outputs end to end, and
-    /// `n_tokens` is the number of responses.
+    /// once; `StreamReassembly` puts their responses back together.
     fn infer_stream(
         &self,
         input: &InputSpec,
@@ -437,17 +436,17 @@ impl Kserve {
         sink: &mut dyn SampleSink,
     ) -> Result<Vec<Output>, BackendError> {
         let base = self.ids(inputs.len());
-        let mut outputs: Vec<Option<Output>> = vec![None; inputs.len()];
+        let mut reassembly =
+            StreamReassembly::new(inputs.len(), self.args.kserve_output_name.clone());
         let mut requests = Vec::with_capacity(inputs.len());
-        let mut by_id = HashMap::with_capacity(inputs.len());
         for (i, sample) in inputs.iter().enumerate() {
             let id = base.wrapping_add(i as u64).to_string();
             match self.request(input, sample, id.clone()) {
                 Ok(r) => {
                     requests.push(r);
-                    by_id.insert(id, i);
+                    reassembly.sent(i, id);
                 }
-                Err(e) => outputs[i] = Some(Err(e)),
+                Err(e) => reassembly.not_sent(i, e),
             }
         }
         let mut client = self.client.clone();
@@ -490,94 +489,14 @@ impl Kserve {
             });
             rx
         };
-        let mut partial: Vec<(BytesMut, i64)> = vec![(BytesMut::new(), 0); inputs.len()];
-        let mut open = by_id.len();
         run_batch(&self.runtime, stream_task, |event| {
             match event {
-                Event::Message(m) => {
-                    let response = m.infer_response.unwrap_or_default();
-                    let Some(&i) = by_id.get(&response.id) else {
-                        if !m.error_message.is_empty() && response.id.is_empty() {
-                            // An error the server could not tie to a request:
-                            // every open sample fails with it.
-                            for (slot, i) in outputs.iter_mut().zip(0..) {
-                                if slot.is_none() && by_id.values().any(|v| *v == i) {
-                                    *slot = Some(Err(format!("upstream: {}", m.error_message)));
-                                }
-                            }
-                            open = 0;
-                        }
-                        return open > 0;
-                    };
-                    if outputs[i].is_some() {
-                        return open > 0;
-                    }
-                    if !m.error_message.is_empty() {
-                        outputs[i] = Some(Err(format!("upstream: {}", m.error_message)));
-                        open -= 1;
-                        return open > 0;
-                    }
-                    let final_flag = match response.parameters.get("triton_final_response") {
-                        Some(pb::InferParameter {
-                            parameter_choice:
-                                Some(pb::infer_parameter::ParameterChoice::BoolParam(b)),
-                        }) => *b,
-                        _ => true,
-                    };
-                    if !response.outputs.is_empty() || !response.raw_output_contents.is_empty() {
-                        match self.answer_of(&response) {
-                            Ok(bytes) => {
-                                let (buf, n) = &mut partial[i];
-                                if *n == 0 {
-                                    sink.first_token(i, bytes.clone());
-                                }
-                                buf.extend_from_slice(&bytes);
-                                *n += 1;
-                            }
-                            Err(e) => {
-                                outputs[i] = Some(Err(e));
-                                open -= 1;
-                                return open > 0;
-                            }
-                        }
-                    }
-                    if final_flag {
-                        let (buf, n) = std::mem::take(&mut partial[i]);
-                        let output = if n == 0 {
-                            Err("the upstream's final response has no output".to_string())
-                        } else {
-                            Ok(Answer {
-                                payload: buf.freeze(),
-                                n_tokens: n,
-                            })
-                        };
-                        // Each sample's answer leaves when its last response
-                        // arrives, not with the batch's slowest.
-                        sink.answer_now(i, &output);
-                        outputs[i] = Some(output);
-                        open -= 1;
-                    }
-                    open > 0
-                }
-                Event::Failed(e) => {
-                    for slot in outputs.iter_mut().filter(|s| s.is_none()) {
-                        *slot = Some(Err(e.clone()));
-                    }
-                    open = 0;
-                    false
-                }
+                Event::Message(m) => reassembly.response(m, sink),
+                Event::Failed(e) => reassembly.stream_failed(&e),
             }
+            !reassembly.is_complete()
         });
-        Ok(outputs
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Err(format!(
-                        "the upstream's stream ended without an answer (or not within {timeout:?})"
-                    ))
-                })
-            })
-            .collect())
+        Ok(reassembly.finish(timeout))
     }
 }
 
@@ -776,5 +695,4 @@ fn upstream_error(s: &tonic::Status) -> String {
 }
 
 #[cfg(test)]
-#[path = "kserve_tests.rs"]
 mod tests;
