@@ -9,12 +9,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use sut_node::backend::kserve::{Kserve, KserveArgs};
+use cli::kserve::KserveArgs;
 #[cfg(feature = "llm")]
-use sut_node::backend::llm::{Llm, LlmArgs};
+use cli::llm::LlmArgs;
 #[cfg(feature = "onnx")]
-use sut_node::backend::onnx::{Onnx, OnnxArgs, OnnxConfig, OnnxError};
-use sut_node::backend::openai::{Openai, OpenaiArgs};
+use cli::onnx::OnnxArgs;
+use cli::openai::OpenaiArgs;
+use sut_node::backend::kserve::Kserve;
+#[cfg(feature = "llm")]
+use sut_node::backend::llm::Llm;
+#[cfg(feature = "onnx")]
+use sut_node::backend::onnx::{Onnx, OnnxConfig, OnnxError};
+use sut_node::backend::openai::Openai;
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
 use sut_node::backend::Backend;
 use sut_node::batcher::BatchPolicy;
@@ -24,6 +30,8 @@ use sut_node::limits::{Limits, MESSAGE_OVERHEAD};
 use sut_node::server::{self, NodeConfig};
 use sut_node::tls::NodeTls;
 use tracing_subscriber::EnvFilter;
+
+mod cli;
 
 /// How long, on SIGTERM/SIGINT, open streams may take to answer the samples
 /// they already sent.
@@ -408,12 +416,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         BackendKind::Kserve => Arc::new(Kserve::new(
             args.upstream.clone(),
             args.model_name.clone(),
-            args.kserve.clone(),
+            args.kserve.clone().into(),
         )?),
         BackendKind::Openai => Arc::new(Openai::new(
             args.upstream.clone(),
             args.model_name.clone(),
-            args.openai.clone(),
+            args.openai.clone().into(),
         )?),
         BackendKind::Llm => llm_backend(&args)?,
         BackendKind::Onnx => onnx_backend(&args)?,
@@ -487,7 +495,7 @@ fn llm_backend(args: &ServeArgs) -> Result<Arc<dyn Backend>> {
         .model
         .as_deref()
         .context("--backend llm needs --model")?;
-    Ok(Arc::new(Llm::new(model, args.llm.clone())?))
+    Ok(Arc::new(Llm::new(model, args.llm.clone().into())?))
 }
 
 #[cfg(not(feature = "llm"))]
@@ -499,7 +507,7 @@ fn llm_backend(_: &ServeArgs) -> Result<Arc<dyn Backend>> {
 fn onnx_backend(args: &ServeArgs) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(Onnx::load(OnnxConfig {
         model: args.model.clone().ok_or(OnnxError::NoModel)?,
-        args: args.onnx.clone(),
+        options: args.onnx.clone().into(),
         max_batch_size: args.max_batch_size as usize,
     })?))
 }

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;
-use sut_node::backend::onnx::{LabelDtype, Onnx, OnnxArgs, OnnxConfig, OutputMode, Provider};
+use sut_node::backend::onnx::{LabelDtype, Onnx, OnnxConfig, OnnxOptions, OutputMode, Provider};
 use sut_node::backend::{Backend, BatchInfo, SampleSink};
 use tests::{detail_value, scratch, text, SutNode};
 
@@ -63,7 +63,7 @@ fn sample() -> Vec<u8> {
 }
 
 fn backend(setup: &Setup, max_batch_size: usize, threads: usize) -> Onnx {
-    let args = OnnxArgs {
+    let args = OnnxOptions {
         onnxruntime_lib: Some(PathBuf::from(&setup.lib)),
         provider: Provider::Cpu,
         onnx_device_id: 0,
@@ -75,7 +75,7 @@ fn backend(setup: &Setup, max_batch_size: usize, threads: usize) -> Onnx {
     };
     let b = Onnx::load(OnnxConfig {
         model: PathBuf::from(&setup.model),
-        args,
+        options: args,
         max_batch_size,
     })
     .expect("the onnx backend loads");

@@ -30,7 +30,7 @@ use thiserror::Error;
 use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 
 /// How token ids are encoded on the wire.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TokenDtype {
     /// 4-byte little-endian signed integers.
     #[default]
@@ -57,7 +57,7 @@ impl TokenDtype {
 
 /// The precision of safetensors weights once loaded (GGUF files keep their
 /// own quantization).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightDtype {
     F32,
     F16,
@@ -112,38 +112,32 @@ impl fmt::Display for DeviceSpec {
     }
 }
 
-/// The options of `sut-node serve` that only the llm backend reads.
-#[derive(clap::Args, Debug, Clone)]
-#[command(next_help_heading = "LLM backend")]
-pub struct LlmArgs {
+/// The options of the llm backend (besides its model), named after the
+/// `serve` flags that set them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmOptions {
     /// The most tokens generated per sample; generation stops earlier at the
     /// model's end-of-sequence token or at the end of its context. 1024 is
     /// what the MLPerf llama2-70b benchmark allows.
-    #[arg(long, value_name = "N", default_value_t = 1024,
-          value_parser = clap::value_parser!(u32).range(1..))]
     pub max_new_tokens: u32,
 
     /// Where the model runs: cpu, or cuda[:N] (needs a sut-node built with
     /// `--features cuda`).
-    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
     pub device: DeviceSpec,
 
     /// Encoding of the prompt token ids in each input (little-endian).
-    #[arg(long, value_enum, value_name = "DTYPE", default_value_t = TokenDtype::Int32)]
     pub llm_input_dtype: TokenDtype,
 
     /// Encoding of the generated token ids in each answer and first token
     /// (little-endian); match the accuracy script's --dtype.
-    #[arg(long, value_enum, value_name = "DTYPE", default_value_t = TokenDtype::Int32)]
     pub llm_output_dtype: TokenDtype,
 
     /// Precision of safetensors weights [default: f32 on cpu, bf16 on cuda].
     /// GGUF models keep their own quantization.
-    #[arg(long, value_enum, value_name = "DTYPE")]
     pub llm_dtype: Option<WeightDtype>,
 }
 
-impl Default for LlmArgs {
+impl Default for LlmOptions {
     fn default() -> Self {
         Self {
             max_new_tokens: 1024,
@@ -509,7 +503,7 @@ pub struct Llm {
     format: Format,
     device: Device,
     dtype: DType,
-    args: LlmArgs,
+    args: LlmOptions,
     /// Loaded by `warm_up` (or the first batch); a single KV cache, hence
     /// one sample at a time.
     model: Mutex<Option<Loaded>>,
@@ -518,7 +512,7 @@ pub struct Llm {
 impl Llm {
     /// Checks the model path and the device; the model itself is loaded by
     /// [`Backend::warm_up`], while the node already answers health checks.
-    pub fn new(path: &Path, args: LlmArgs) -> Result<Self, LlmError> {
+    pub fn new(path: &Path, args: LlmOptions) -> Result<Self, LlmError> {
         let format = if path.is_dir() {
             Format::Safetensors
         } else if path.is_file() {
@@ -702,14 +696,14 @@ mod tests {
 
     #[test]
     fn refuses_missing_and_unknown_models() {
-        let err = Llm::new(Path::new("/nonexistent/model.gguf"), LlmArgs::default())
+        let err = Llm::new(Path::new("/nonexistent/model.gguf"), LlmOptions::default())
             .err()
             .unwrap();
         assert!(err.to_string().contains("no such file"), "{err}");
         let dir = temp_dir("unknown");
         let file = dir.join("model.bin");
         std::fs::write(&file, b"x").unwrap();
-        let err = Llm::new(&file, LlmArgs::default()).err().unwrap();
+        let err = Llm::new(&file, LlmOptions::default()).err().unwrap();
         assert!(err.to_string().contains("neither"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -720,9 +714,9 @@ mod tests {
             return;
         }
         let dir = temp_dir("nocuda");
-        let args = LlmArgs {
+        let args = LlmOptions {
             device: DeviceSpec::Cuda(0),
-            ..LlmArgs::default()
+            ..LlmOptions::default()
         };
         let err = Llm::new(&dir, args).err().unwrap().to_string();
         assert!(err.contains("--features cuda"), "{err}");
@@ -734,11 +728,11 @@ mod tests {
         let dir = temp_dir("broken");
         let gguf = dir.join("model.gguf");
         std::fs::write(&gguf, b"not gguf").unwrap();
-        let llm = Llm::new(&gguf, LlmArgs::default()).unwrap();
+        let llm = Llm::new(&gguf, LlmOptions::default()).unwrap();
         let err = llm.warm_up().unwrap_err().to_string();
         assert!(err.contains("GGUF"), "{err}");
         // A directory without config.json.
-        let llm = Llm::new(&dir, LlmArgs::default()).unwrap();
+        let llm = Llm::new(&dir, LlmOptions::default()).unwrap();
         let err = llm.warm_up().unwrap_err().to_string();
         assert!(err.contains("config.json"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -890,9 +884,9 @@ mod tests {
     /// Runs a batch through a tiny model and checks what every LLM answer
     /// must satisfy; returns the answers' token ids.
     fn check_tiny_model(path: &Path) -> Vec<Result<Vec<u32>, String>> {
-        let args = LlmArgs {
+        let args = LlmOptions {
             max_new_tokens: 6,
-            ..LlmArgs::default()
+            ..LlmOptions::default()
         };
         let llm = Llm::new(path, args).unwrap();
         llm.warm_up().unwrap();
@@ -967,11 +961,11 @@ mod tests {
         let ids = [1u32, 5, 9, 12];
         let mut answers = Vec::new();
         for dtype in [TokenDtype::Int32, TokenDtype::Int64] {
-            let args = LlmArgs {
+            let args = LlmOptions {
                 max_new_tokens: 5,
                 llm_input_dtype: dtype,
                 llm_output_dtype: dtype,
-                ..LlmArgs::default()
+                ..LlmOptions::default()
             };
             let llm = Llm::new(&dir, args).unwrap();
             let mut firsts = Firsts::default();
@@ -994,9 +988,9 @@ mod tests {
     fn generation_stops_at_the_end_of_the_context() {
         let dir = temp_dir("context");
         tiny_safetensors(&dir);
-        let args = LlmArgs {
+        let args = LlmOptions {
             max_new_tokens: 100,
-            ..LlmArgs::default()
+            ..LlmOptions::default()
         };
         let llm = Llm::new(&dir, args).unwrap();
         let mut firsts = Firsts::default();

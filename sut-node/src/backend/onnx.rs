@@ -28,7 +28,7 @@ const INSTALL_HINT: &str = "`pip install onnxruntime` (CPU) or `pip install onnx
      (CUDA, TensorRT) ships one as site-packages/onnxruntime/capi/libonnxruntime.so.VERSION";
 
 /// The execution provider that runs the model.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Provider {
     /// ONNX Runtime's own CPU kernels.
     #[default]
@@ -50,7 +50,7 @@ impl fmt::Display for Provider {
 }
 
 /// What each answer carries.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputMode {
     /// The top-1 class index, as one number of --onnx-label-dtype (an output
     /// of one integer per sample is taken as the class index itself).
@@ -62,7 +62,7 @@ pub enum OutputMode {
 }
 
 /// How the class index of `argmax` answers is encoded.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LabelDtype {
     /// 4 bytes, IEEE float (the default of MLPerf's accuracy-imagenet.py).
     #[default]
@@ -73,53 +73,40 @@ pub enum LabelDtype {
     Int64,
 }
 
-/// Options of the `onnx` backend (its model is `--model`).
-#[derive(clap::Args, Debug, Clone)]
-#[command(next_help_heading = "ONNX backend")]
-pub struct OnnxArgs {
+/// Options of the `onnx` backend (besides its model), named after the
+/// `serve` flags that set them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OnnxOptions {
     /// The ONNX Runtime library to load: a libonnxruntime.so file, or a
     /// directory holding one (e.g. site-packages/onnxruntime/capi of the
     /// onnxruntime or onnxruntime-gpu pip package) [default:
     /// $ORT_DYLIB_PATH].
-    #[arg(long, value_name = "PATH")]
     pub onnxruntime_lib: Option<PathBuf>,
 
     /// Execution provider. cuda and tensorrt need the GPU build of the
     /// library (onnxruntime-gpu); when it cannot run them the node stops
     /// with an error instead of falling back to the CPU.
-    #[arg(long, value_enum, default_value_t = Provider::Cpu)]
     pub provider: Provider,
 
     /// The GPU to run on (cuda, tensorrt).
-    #[arg(long, value_name = "N", default_value_t = 0)]
     pub onnx_device_id: i32,
 
     /// What each answer carries: `argmax` (the top-1 class) or `raw` (the
     /// sample's output tensor).
-    #[arg(long, value_enum, default_value_t = OutputMode::Argmax)]
     pub onnx_output: OutputMode,
 
     /// The model output to answer with [default: the model's first output].
-    #[arg(long, value_name = "NAME")]
     pub onnx_output_name: Option<String>,
 
     /// argmax: the encoding of the class index in the answer.
-    #[arg(long, value_enum, default_value_t = LabelDtype::Float32)]
     pub onnx_label_dtype: LabelDtype,
 
     /// argmax: added to the class index (e.g. -1 for models whose class 0 is
     /// "background").
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        allow_negative_numbers = true
-    )]
     pub onnx_label_offset: i64,
 
     /// Threads ONNX Runtime uses within an operator. 0: its default (one per
     /// physical core).
-    #[arg(long, value_name = "N", default_value_t = 0)]
     pub onnx_threads: usize,
 }
 
@@ -141,7 +128,7 @@ pub enum OnnxError {
 #[derive(Debug, Clone)]
 pub struct OnnxConfig {
     pub model: PathBuf,
-    pub args: OnnxArgs,
+    pub options: OnnxOptions,
     /// The largest batch the node will give `infer` (its warm-up batch).
     pub max_batch_size: usize,
 }
@@ -372,7 +359,7 @@ pub struct Onnx {
     session: Mutex<Session>,
     input: InputLayout,
     output: OutputSpec,
-    args: OnnxArgs,
+    args: OnnxOptions,
     max_batch_size: usize,
     name: String,
 }
@@ -392,7 +379,7 @@ impl Onnx {
     pub fn load(config: OnnxConfig) -> Result<Self, OnnxError> {
         let OnnxConfig {
             model,
-            args,
+            options: args,
             max_batch_size,
         } = config;
         let lib = resolve_library(
@@ -572,7 +559,7 @@ impl Onnx {
     }
 }
 
-fn build_session(model: &Path, args: &OnnxArgs) -> Result<Session, OnnxError> {
+fn build_session(model: &Path, args: &OnnxOptions) -> Result<Session, OnnxError> {
     let session_error = |e: &dyn fmt::Display| OnnxError::Model {
         path: model.to_path_buf(),
         reason: e.to_string(),
@@ -833,8 +820,8 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    fn args(lib: Option<PathBuf>) -> OnnxArgs {
-        OnnxArgs {
+    fn args(lib: Option<PathBuf>) -> OnnxOptions {
+        OnnxOptions {
             onnxruntime_lib: lib,
             provider: Provider::Cpu,
             onnx_device_id: 0,
@@ -854,7 +841,7 @@ mod tests {
         std::fs::write(&fake, b"not a shared library").unwrap();
         let err = Onnx::load(OnnxConfig {
             model: dir.join("model.onnx"),
-            args: args(Some(fake.clone())),
+            options: args(Some(fake.clone())),
             max_batch_size: 1,
         })
         .unwrap_err();

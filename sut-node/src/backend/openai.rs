@@ -38,7 +38,7 @@ use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// What a sample's bytes are.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PromptKind {
     /// Token ids, int32 little endian: sent as `prompt: [ids]`.
     TokenIds,
@@ -47,7 +47,7 @@ pub enum PromptKind {
 }
 
 /// What an answer is.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnswerKind {
     /// The generated text, UTF-8.
     Text,
@@ -56,48 +56,42 @@ pub enum AnswerKind {
     TokenIds,
 }
 
-/// Options of the openai backend (with the shared `--upstream` and
-/// `--model-name`).
-#[derive(clap::Args, Debug, Clone)]
-pub struct OpenaiArgs {
+/// Options of the openai backend (besides the server and the model's name),
+/// named after the `serve` flags that set them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenaiOptions {
     /// Most tokens generated for a sample (`max_tokens`).
-    #[arg(long, value_name = "N", default_value_t = 128,
-          value_parser = clap::value_parser!(u32).range(1..),
-          help_heading = "OpenAI backend")]
     pub openai_max_tokens: u32,
 
     /// What a sample's bytes are.
-    #[arg(long, value_name = "KIND", value_enum, default_value_t = PromptKind::TokenIds,
-          help_heading = "OpenAI backend")]
     pub openai_prompt: PromptKind,
 
     /// What the answer sent back is.
-    #[arg(long, value_name = "KIND", value_enum, default_value_t = AnswerKind::Text,
-          help_heading = "OpenAI backend")]
     pub openai_answer: AnswerKind,
 
     /// Sampling temperature (0: greedy).
-    #[arg(
-        long,
-        value_name = "T",
-        default_value_t = 0.0,
-        help_heading = "OpenAI backend"
-    )]
     pub openai_temperature: f64,
 
     /// More fields for every request body, as a JSON object, e.g.
     /// '{"ignore_eos": true}' (they win over the backend's own).
-    #[arg(long, value_name = "JSON", help_heading = "OpenAI backend")]
     pub openai_extra_body: Option<String>,
 
     /// Seconds a sample's whole generation may take before it fails.
-    #[arg(
-        long,
-        value_name = "SECONDS",
-        default_value_t = 600.0,
-        help_heading = "OpenAI backend"
-    )]
     pub openai_timeout: f64,
+}
+
+impl Default for OpenaiOptions {
+    /// What `serve` uses without the flags.
+    fn default() -> Self {
+        Self {
+            openai_max_tokens: 128,
+            openai_prompt: PromptKind::TokenIds,
+            openai_answer: AnswerKind::Text,
+            openai_temperature: 0.0,
+            openai_extra_body: None,
+            openai_timeout: 600.0,
+        }
+    }
 }
 
 #[derive(Debug, Error)]
@@ -127,7 +121,7 @@ pub struct Openai {
     completions: Uri,
     models: Uri,
     model: String,
-    args: OpenaiArgs,
+    args: OpenaiOptions,
     extra: serde_json::Map<String, Value>,
     timeout: Duration,
     /// `Authorization: Bearer` value, from OPENAI_API_KEY.
@@ -144,7 +138,7 @@ impl Openai {
     pub fn new(
         upstream: Option<String>,
         model_name: Option<String>,
-        args: OpenaiArgs,
+        args: OpenaiOptions,
     ) -> Result<Self, OpenaiConfigError> {
         let upstream = upstream.ok_or(OpenaiConfigError::NoUpstream)?;
         let model = model_name.ok_or(OpenaiConfigError::NoModelName)?;

@@ -124,8 +124,8 @@ fn serve(gap: Duration) -> (tokio::runtime::Runtime, String, Arc<Stats>) {
     (rt, format!("http://{addr}/v1"), stats)
 }
 
-fn args() -> OpenaiArgs {
-    OpenaiArgs {
+fn args() -> OpenaiOptions {
+    OpenaiOptions {
         openai_max_tokens: 16,
         openai_prompt: PromptKind::TokenIds,
         openai_answer: AnswerKind::Text,
@@ -135,7 +135,7 @@ fn args() -> OpenaiArgs {
     }
 }
 
-fn backend(url: &str, model: &str, args: OpenaiArgs) -> Openai {
+fn backend(url: &str, model: &str, args: OpenaiOptions) -> Openai {
     Openai::new(Some(url.into()), Some(model.into()), args).expect("config")
 }
 
@@ -237,7 +237,7 @@ fn usage_gives_the_token_count_and_token_ids_the_answer() {
     let b = backend(
         &url,
         "fake",
-        OpenaiArgs {
+        OpenaiOptions {
             openai_answer: AnswerKind::TokenIds,
             ..args()
         },

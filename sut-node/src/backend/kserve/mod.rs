@@ -47,59 +47,51 @@ enum Event {
     Failed(String),
 }
 
-/// Options of the kserve backend (with the shared `--upstream` and
-/// `--model-name`).
-#[derive(clap::Args, Debug, Clone)]
-pub struct KserveArgs {
+/// Options of the kserve backend (besides the server and the model's name),
+/// named after the `serve` flags that set them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KserveOptions {
     /// Name of the model's input tensor [default: the only input in the
     /// model's metadata].
-    #[arg(long, value_name = "NAME", help_heading = "KServe backend")]
     pub kserve_input_name: Option<String>,
 
     /// Datatype of the input tensor (KServe names: FP32, INT64, UINT8,
     /// BYTES, ...) [default: from the model's metadata].
-    #[arg(long, value_name = "TYPE", help_heading = "KServe backend")]
     pub kserve_input_datatype: Option<String>,
 
     /// Shape of one sample's input tensor, comma-separated, e.g.
     /// 1,3,224,224; at most one -1, worked out from the sample's size
     /// [default: from the model's metadata, a leading -1 read as 1].
-    #[arg(
-        long,
-        value_name = "DIMS",
-        allow_hyphen_values = true,
-        help_heading = "KServe backend"
-    )]
     pub kserve_input_shape: Option<String>,
 
     /// Output tensor whose bytes are the answer [default: the first output
     /// of the response].
-    #[arg(long, value_name = "NAME", help_heading = "KServe backend")]
     pub kserve_output_name: Option<String>,
 
     /// Version of the model to ask for [default: the server's choice].
-    #[arg(
-        long,
-        value_name = "VERSION",
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "KServe backend"
-    )]
     pub kserve_model_version: String,
 
     /// Send the requests over ModelStreamInfer (for decoupled models, e.g.
     /// LLMs on Triton) instead of ModelInfer.
-    #[arg(long, help_heading = "KServe backend")]
     pub kserve_stream: bool,
 
     /// Seconds a request may take before its sample fails.
-    #[arg(
-        long,
-        value_name = "SECONDS",
-        default_value_t = 60.0,
-        help_heading = "KServe backend"
-    )]
     pub kserve_timeout: f64,
+}
+
+impl Default for KserveOptions {
+    /// What `serve` uses without the flags.
+    fn default() -> Self {
+        Self {
+            kserve_input_name: None,
+            kserve_input_datatype: None,
+            kserve_input_shape: None,
+            kserve_output_name: None,
+            kserve_model_version: String::new(),
+            kserve_stream: false,
+            kserve_timeout: 60.0,
+        }
+    }
 }
 
 #[derive(Debug, Error)]
@@ -136,7 +128,7 @@ pub struct Kserve {
     client: Client,
     upstream: String,
     model: String,
-    args: KserveArgs,
+    args: KserveOptions,
     timeout: Duration,
     shape_override: Option<Vec<i64>>,
     /// Set by `warm_up`.
@@ -149,7 +141,7 @@ impl Kserve {
     pub fn new(
         upstream: Option<String>,
         model_name: Option<String>,
-        args: KserveArgs,
+        args: KserveOptions,
     ) -> Result<Self, KserveConfigError> {
         let upstream = upstream.ok_or(KserveConfigError::NoUpstream)?;
         let model = model_name.ok_or(KserveConfigError::NoModelName)?;

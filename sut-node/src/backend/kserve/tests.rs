@@ -217,8 +217,8 @@ fn serve(fake: Fake) -> (tokio::runtime::Runtime, String) {
     (rt, format!("http://{addr}"))
 }
 
-fn args() -> KserveArgs {
-    KserveArgs {
+fn args() -> KserveOptions {
+    KserveOptions {
         kserve_input_name: None,
         kserve_input_datatype: None,
         kserve_input_shape: None,
@@ -244,7 +244,7 @@ impl SampleSink for Collect {
     }
 }
 
-fn backend(url: &str, model: &str, args: KserveArgs) -> Kserve {
+fn backend(url: &str, model: &str, args: KserveOptions) -> Kserve {
     Kserve::new(Some(url.into()), Some(model.into()), args).expect("config")
 }
 
@@ -327,7 +327,7 @@ fn the_stream_mode_gathers_responses_and_reports_the_first_as_first_token() {
     let b = backend(
         &url,
         "echo",
-        KserveArgs {
+        KserveOptions {
             kserve_stream: true,
             ..args()
         },
@@ -409,7 +409,7 @@ fn missing_flags_are_refused() {
         Kserve::new(Some("h:1".into()), None, args()),
         Err(KserveConfigError::NoModelName)
     ));
-    let bad_shape = KserveArgs {
+    let bad_shape = KserveOptions {
         kserve_input_shape: Some("1,two".into()),
         ..args()
     };
