@@ -1,7 +1,8 @@
 //! `sut-node serve --config FILE.toml`: options from a TOML file.
 //!
-//! Each key is a long flag of `serve` without its dashes (`max_batch_size`
-//! or `max-batch-size`), each value that flag's value. The file's options are
+//! Each key is a long flag of `serve` (or one of its former names) without
+//! its dashes (`max_batch_size` or `max-batch-size`), each value that flag's
+//! value. The file's options are
 //! placed before those of the command line, which therefore win.
 
 use std::ffi::OsString;
@@ -113,9 +114,15 @@ pub fn options_from_file(path: &Path, serve: &clap::Command) -> Result<Vec<OsStr
     for (key, value) in &table {
         let flag = key.replace('_', "-");
         let line = line_of(&text, key);
+        // A flag's former names (its aliases) stay valid keys, as on the
+        // command line.
         let arg = serve
             .get_arguments()
-            .find(|a| a.get_long() == Some(flag.as_str()))
+            .find(|a| {
+                a.get_long() == Some(flag.as_str())
+                    || a.get_all_aliases()
+                        .is_some_and(|names| names.contains(&flag.as_str()))
+            })
             .filter(|_| flag != "config");
         let Some(arg) = arg else {
             return Err(ConfigError::UnknownKey {
@@ -207,8 +214,20 @@ mod tests {
                 .long("no-quic")
                 .action(ArgAction::SetTrue),
             Arg::new("listen").long("listen"),
+            Arg::new("server-url").long("server-url").alias("upstream"),
             Arg::new("config").long("config"),
         ])
+    }
+
+    #[test]
+    fn a_former_flag_name_is_still_a_key() {
+        let (_dir, path) = write("upstream = \"h:1\"\nserver_url = \"h:2\"\n");
+        let mut options = strings(&options_from_file(&path, &known()).unwrap());
+        options.sort();
+        assert_eq!(options, ["--server-url=h:2", "--upstream=h:1"]);
+        let (_dir, path) = write("upstreams = \"h:1\"\n");
+        let err = options_from_file(&path, &known()).unwrap_err().to_string();
+        assert!(err.contains("unknown key `upstreams`"), "{err}");
     }
 
     fn write(text: &str) -> (tempdir::Dir, PathBuf) {

@@ -126,10 +126,16 @@ struct ServeArgs {
     /// Forwarders: the inference server to forward every sample to (kserve:
     /// its gRPC endpoint, e.g. http://host:8001; openai: its base URL, e.g.
     /// http://host:8000).
-    #[arg(long, value_name = "URL", help_heading = "Forwarders")]
-    upstream: Option<String>,
+    // `--upstream` is this flag's former name, still accepted.
+    #[arg(
+        long,
+        value_name = "URL",
+        alias = "upstream",
+        help_heading = "Forwarders"
+    )]
+    server_url: Option<String>,
 
-    /// Forwarders: the model's name on the upstream server.
+    /// Forwarders: the model's name on the inference server.
     #[arg(long, value_name = "NAME", help_heading = "Forwarders")]
     model_name: Option<String>,
 
@@ -298,11 +304,11 @@ impl LimitArgs {
 enum BackendKind {
     /// Emulated accelerator; see the synthetic backend options.
     Synthetic,
-    /// Forward to a KServe v2 / Triton server (gRPC); see --upstream,
+    /// Forward to a KServe v2 / Triton server (gRPC); see --server-url,
     /// --model-name and the KServe backend options.
     Kserve,
     /// Forward to an OpenAI-compatible server (/v1/completions, streamed);
-    /// see --upstream, --model-name and the OpenAI backend options.
+    /// see --server-url, --model-name and the OpenAI backend options.
     Openai,
     /// A Llama-family LLM run by candle (--model FILE.gguf or a safetensors
     /// directory); see the LLM backend options. Needs the `llm` feature.
@@ -414,12 +420,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
             }))
         }
         BackendKind::Kserve => Arc::new(Kserve::new(
-            args.upstream.clone(),
+            args.server_url.clone(),
             args.model_name.clone(),
             args.kserve.clone().into(),
         )?),
         BackendKind::Openai => Arc::new(Openai::new(
-            args.upstream.clone(),
+            args.server_url.clone(),
             args.model_name.clone(),
             args.openai.clone().into(),
         )?),

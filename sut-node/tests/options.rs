@@ -29,7 +29,7 @@ fn out_of_range_options_are_refused_naming_them() {
                 "serve",
                 "--backend",
                 "kserve",
-                "--upstream",
+                "--server-url",
                 "h:1",
                 "--model-name",
                 "m",
@@ -43,7 +43,7 @@ fn out_of_range_options_are_refused_naming_them() {
                 "serve",
                 "--backend",
                 "openai",
-                "--upstream",
+                "--server-url",
                 "http://h:1",
                 "--model-name",
                 "m",
@@ -104,5 +104,26 @@ fn a_config_value_of_the_wrong_type_names_file_and_line() {
         err.contains(&format!("{}:2: key `heartbeat_ms`", path.display())),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_former_name_of_server_url_still_works() {
+    // Without a server URL the kserve backend asks for one; given through
+    // `--upstream` (or a config file's `upstream`), it goes on to the next
+    // missing option.
+    let (code, err) = sut_node(&["serve", "--backend", "kserve"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("needs --server-url URL"), "{err}");
+    let (code, err) = sut_node(&["serve", "--backend", "kserve", "--upstream", "h:1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("needs --model-name NAME"), "{err}");
+    let dir = std::env::temp_dir().join(format!("sut-node-alias-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    std::fs::write(&path, "backend = \"openai\"\nupstream = \"http://h:1\"\n").unwrap();
+    let (code, err) = sut_node(&["serve", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("needs --model-name NAME"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,19 +2,19 @@
 //! scikit-learn runtime serving a digits classifier. Needs
 //! `tests/backends/setup-kserve.sh`; run by `tests/backends/run.sh`.
 
-mod upstream;
+mod servers;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use servers::{free_port, setup_var, InferenceServer};
 use tests::{binary, loadgen, scratch, text, SutNode};
-use upstream::{free_port, setup_var, Upstream};
 
 const SETUP: &str = "setup-kserve.sh";
 
 /// MLServer on free ports, serving the setup's models ("digits").
-fn mlserver(dir: &Path) -> (Upstream, u16) {
+fn mlserver(dir: &Path) -> (InferenceServer, u16) {
     let (http, grpc, metrics) = (free_port(), free_port(), free_port());
     let mut cmd = Command::new(setup_var("MLPN_KSERVE_MLSERVER", SETUP));
     cmd.args(["start", &setup_var("MLPN_KSERVE_MODELS", SETUP)])
@@ -24,7 +24,7 @@ fn mlserver(dir: &Path) -> (Upstream, u16) {
         .env("MLSERVER_METRICS_PORT", metrics.to_string())
         // Inference in the server process itself: no worker pool to start.
         .env("MLSERVER_PARALLEL_WORKERS", "0");
-    let mut server = Upstream::start(cmd, &dir.join("mlserver.log"));
+    let mut server = InferenceServer::start(cmd, &dir.join("mlserver.log"));
     server.wait_ready(http, "/v2/models/digits/ready", Duration::from_secs(120));
     (server, grpc)
 }
@@ -34,14 +34,14 @@ fn mlserver(dir: &Path) -> (Upstream, u16) {
 fn digits_accuracy_through_mlserver() {
     let dir = scratch("kserve-digits");
     let (server, grpc) = mlserver(&dir);
-    let upstream = format!("127.0.0.1:{grpc}");
+    let server_url = format!("127.0.0.1:{grpc}");
     let node = SutNode::start(
         "kserve",
         &[
             "--backend",
             "kserve",
-            "--upstream",
-            &upstream,
+            "--server-url",
+            &server_url,
             "--model-name",
             "digits",
             "--max-batch-size",
@@ -131,7 +131,7 @@ fn a_model_the_server_lacks_stops_the_node_at_start() {
     let run = Command::new(binary("sut-node"))
         .args(["serve", "--listen", "127.0.0.1:0", "--no-quic"])
         .args(["--backend", "kserve", "--model-name", "nope"])
-        .arg("--upstream")
+        .arg("--server-url")
         .arg(format!("127.0.0.1:{grpc}"))
         .output()
         .expect("sut-node runs");

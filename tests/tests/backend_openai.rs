@@ -2,14 +2,14 @@
 //! (through llama-cpp-python) with SmolLM2. Needs
 //! `tests/backends/setup-openai.sh`; run by `tests/backends/run.sh`.
 
-mod upstream;
+mod servers;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use servers::{free_port, setup_var, InferenceServer};
 use tests::{binary, loadgen, scratch, text, SutNode};
-use upstream::{free_port, setup_var, Upstream};
 
 const SETUP: &str = "setup-openai.sh";
 const MODEL: &str = "smollm2";
@@ -21,7 +21,7 @@ const PROMPTS: &[&str] = &[
     "Water boils at a temperature of",
 ];
 
-fn llama_server(dir: &Path) -> (Upstream, u16) {
+fn llama_server(dir: &Path) -> (InferenceServer, u16) {
     let port = free_port();
     let mut cmd = Command::new(setup_var("MLPN_OPENAI_PYTHON", SETUP));
     cmd.args(["-m", "llama_cpp.server", "--host", "127.0.0.1"])
@@ -31,7 +31,7 @@ fn llama_server(dir: &Path) -> (Upstream, u16) {
         // By default a new request cuts the streaming one short; the node
         // sends a batch's requests at once.
         .args(["--interrupt_requests", "false"]);
-    let mut server = Upstream::start(cmd, &dir.join("llama-server.log"));
+    let mut server = InferenceServer::start(cmd, &dir.join("llama-server.log"));
     server.wait_ready(port, "/v1/models", Duration::from_secs(120));
     (server, port)
 }
@@ -86,14 +86,14 @@ fn run(node: &SutNode, data: &str, scenario: &str, mode: &str, sets: &[&str], ou
 fn llm_runs_through_llama_cpp_server() {
     let dir = scratch("openai-llama");
     let (server, port) = llama_server(&dir);
-    let upstream = format!("http://127.0.0.1:{port}");
+    let server_url = format!("http://127.0.0.1:{port}");
     let node = SutNode::start(
         "openai",
         &[
             "--backend",
             "openai",
-            "--upstream",
-            &upstream,
+            "--server-url",
+            &server_url,
             "--model-name",
             MODEL,
             "--openai-prompt",
@@ -166,7 +166,7 @@ fn llm_runs_through_llama_cpp_server() {
 
 #[test]
 #[ignore = "needs tests/backends/setup-openai.sh; run by tests/backends/run.sh"]
-fn a_refused_warm_up_request_stops_the_node_with_the_upstreams_message() {
+fn a_refused_warm_up_request_stops_the_node_with_the_servers_message() {
     let dir = scratch("openai-refused");
     let (_server, port) = llama_server(&dir);
     // This server takes no token-id prompts: the warm-up request shows it.
@@ -174,7 +174,7 @@ fn a_refused_warm_up_request_stops_the_node_with_the_upstreams_message() {
         .args(["serve", "--listen", "127.0.0.1:0", "--no-quic"])
         .args(["--backend", "openai", "--model-name", MODEL])
         .args(["--openai-prompt", "token-ids"])
-        .arg("--upstream")
+        .arg("--server-url")
         .arg(format!("http://127.0.0.1:{port}"))
         .output()
         .expect("sut-node runs");
@@ -182,7 +182,7 @@ fn a_refused_warm_up_request_stops_the_node_with_the_upstreams_message() {
     assert_eq!(run.status.code(), Some(1), "{err}");
     // llama-cpp-python answers a prompt it cannot parse with a 500.
     assert!(
-        err.contains("warm-up completion failed: upstream HTTP "),
+        err.contains("warm-up completion failed: inference server HTTP "),
         "{err}"
     );
     assert!(err.contains("valid string"), "{err}");
@@ -191,7 +191,7 @@ fn a_refused_warm_up_request_stops_the_node_with_the_upstreams_message() {
     let run = Command::new(binary("sut-node"))
         .args(["serve", "--listen", "127.0.0.1:0", "--no-quic"])
         .args(["--backend", "openai", "--model-name", "nope"])
-        .arg("--upstream")
+        .arg("--server-url")
         .arg(format!("http://127.0.0.1:{port}"))
         .output()
         .expect("sut-node runs");

@@ -44,8 +44,9 @@ pub struct BatchInfo {
 /// Where a backend sends a sample's results as soon as it has them, before
 /// the rest of its batch is done: its first token (LLM benchmarks measure the
 /// time to first token) and, for backends whose samples finish at different
-/// times (one generation after another, concurrent requests upstream), its
-/// answer, so that no sample's latency includes its batch-mates' work.
+/// times (one generation after another, concurrent requests to an inference
+/// server), its answer, so that no sample's latency includes its batch-mates'
+/// work.
 pub trait SampleSink {
     /// `index` is the sample's position in the batch given to `infer`.
     fn first_token(&mut self, index: usize, payload: Bytes);

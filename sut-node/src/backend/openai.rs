@@ -16,7 +16,8 @@
 //!
 //! `Backend::infer` runs on the batcher's worker thread; the requests of a
 //! batch are all in flight at once on the backend's own tokio runtime, so
-//! `--max-batch-size` is the number of concurrent requests to the upstream.
+//! `--max-batch-size` is the number of concurrent requests to the inference
+//! server.
 //! Connections are kept alive in a pool and reused by the next requests.
 
 use std::error::Error as StdError;
@@ -97,13 +98,13 @@ impl Default for OpenaiOptions {
 #[derive(Debug, Error)]
 pub enum OpenaiConfigError {
     #[error(
-        "--backend openai needs --upstream URL (the server's base URL, e.g. http://host:8000)"
+        "--backend openai needs --server-url URL (the server's base URL, e.g. http://host:8000)"
     )]
-    NoUpstream,
+    NoServerUrl,
     #[error("--backend openai needs --model-name NAME (the model's name on the server)")]
     NoModelName,
-    #[error("--upstream {0:?}: {1}")]
-    BadUpstream(String, String),
+    #[error("--server-url {0:?}: {1}")]
+    BadServerUrl(String, String),
     #[error("--openai-extra-body: {0}")]
     BadExtraBody(String),
     #[error(
@@ -117,7 +118,7 @@ pub enum OpenaiConfigError {
 pub struct Openai {
     runtime: Runtime,
     client: HttpClient,
-    upstream: String,
+    server_url: String,
     completions: Uri,
     models: Uri,
     model: String,
@@ -136,21 +137,21 @@ enum Event {
 
 impl Openai {
     pub fn new(
-        upstream: Option<String>,
+        server_url: Option<String>,
         model_name: Option<String>,
         args: OpenaiOptions,
     ) -> Result<Self, OpenaiConfigError> {
-        let upstream = upstream.ok_or(OpenaiConfigError::NoUpstream)?;
+        let server_url = server_url.ok_or(OpenaiConfigError::NoServerUrl)?;
         let model = model_name.ok_or(OpenaiConfigError::NoModelName)?;
-        let bad = |e: &str| OpenaiConfigError::BadUpstream(upstream.clone(), e.to_string());
-        let mut base = if upstream.contains("://") {
-            upstream.clone()
+        let bad = |e: &str| OpenaiConfigError::BadServerUrl(server_url.clone(), e.to_string());
+        let mut base = if server_url.contains("://") {
+            server_url.clone()
         } else {
-            format!("http://{upstream}")
+            format!("http://{server_url}")
         };
         if !base.starts_with("http://") {
             return Err(bad(
-                "only http:// upstreams are supported (put a TLS-terminating proxy in front of an https one)",
+                "only http:// inference servers are supported (put a TLS-terminating proxy in front of an https one)",
             ));
         }
         // Accept the base URL with or without its /v1.
@@ -191,7 +192,7 @@ impl Openai {
         Ok(Self {
             runtime,
             client,
-            upstream,
+            server_url,
             completions,
             models,
             model,
@@ -268,7 +269,7 @@ impl Openai {
                 let output = match tokio::time::timeout(timeout, generation).await {
                     Ok(output) => output,
                     Err(_) => Err(format!(
-                        "no complete answer from the upstream within {timeout:?}"
+                        "no complete answer from the inference server within {timeout:?}"
                     )),
                 };
                 let _ = tx.send(Event::Done(index, output));
@@ -343,14 +344,14 @@ impl Backend for Openai {
     }
 
     fn warm_up(&self) -> Result<(), BackendError> {
-        let (up, model) = (&self.upstream, &self.model);
+        let (up, model) = (&self.server_url, &self.model);
         let models = self
             .runtime
             .block_on(self.served_models())
-            .map_err(|e| BackendError(format!("openai upstream {up}: {e}")))?;
+            .map_err(|e| BackendError(format!("openai inference server {up}: {e}")))?;
         if !models.iter().any(|m| m == model) {
             return Err(BackendError(format!(
-                "openai upstream {up} does not serve model {model:?} (it serves {models:?}); \
+                "openai inference server {up} does not serve model {model:?} (it serves {models:?}); \
                  give one of those to --model-name"
             )));
         }
@@ -367,11 +368,11 @@ impl Backend for Openai {
         let out = self.run(&[prompt], 1, &mut Ignore);
         match out.into_iter().next() {
             Some(Ok(_)) => {
-                tracing::info!(upstream = %up, model = %model, "openai upstream ready");
+                tracing::info!(server = %up, model = %model, "openai inference server ready");
                 Ok(())
             }
             Some(Err(e)) => Err(BackendError(format!(
-                "openai upstream {up}: warm-up completion failed: {e}"
+                "openai inference server {up}: warm-up completion failed: {e}"
             ))),
             None => Err(BackendError("warm-up gave no output".into())),
         }
@@ -413,12 +414,15 @@ async fn generate(
     let response = client
         .request(request)
         .await
-        .map_err(|e| format!("upstream unreachable: {}", chain(&e)))?;
+        .map_err(|e| format!("inference server unreachable: {}", chain(&e)))?;
     let status = response.status();
     let mut body = response.into_body();
     if !status.is_success() {
         let text = read_limited(body, 64 << 10).await.unwrap_or_default();
-        return Err(format!("upstream HTTP {status}: {}", error_message(&text)));
+        return Err(format!(
+            "inference server HTTP {status}: {}",
+            error_message(&text)
+        ));
     }
     let mut sse = SseParser::default();
     let mut acc = Accumulator::new(answer);
@@ -431,7 +435,7 @@ async fn generate(
         let frame = match frame {
             Ok(frame) => frame,
             Err(_) if done => break,
-            Err(e) => return Err(format!("upstream stream broken: {}", chain(&e))),
+            Err(e) => return Err(format!("inference server stream broken: {}", chain(&e))),
         };
         let Ok(data) = frame.into_data() else {
             continue;
@@ -476,10 +480,11 @@ impl Accumulator {
 
     /// Takes one event's JSON; returns what it adds to the answer.
     fn chunk(&mut self, data: &str) -> Result<Bytes, String> {
-        let v: Value = serde_json::from_str(data)
-            .map_err(|e| format!("upstream sent an event that is not JSON ({e}): {data:.200}"))?;
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            format!("inference server sent an event that is not JSON ({e}): {data:.200}")
+        })?;
         if !v["error"].is_null() {
-            return Err(format!("upstream: {}", error_text(&v)));
+            return Err(format!("inference server: {}", error_text(&v)));
         }
         if let Some(n) = v["usage"]["completion_tokens"].as_i64() {
             self.usage = Some(n);
@@ -505,7 +510,7 @@ impl Accumulator {
                         .and_then(|s| s.parse::<i32>().ok())
                         .ok_or_else(|| {
                             format!(
-                                "upstream returned token {t} instead of an id: --openai-answer \
+                                "inference server returned token {t} instead of an id: --openai-answer \
                                  token-ids needs a server that returns \"token_id:N\" tokens \
                                  (vLLM's return_tokens_as_token_ids)"
                             )
@@ -516,7 +521,7 @@ impl Accumulator {
                 let text = choice["text"].as_str().unwrap_or_default();
                 if ids.is_empty() && !text.is_empty() {
                     return Err(
-                        "upstream sent text without token ids: --openai-answer token-ids needs a \
+                        "inference server sent text without token ids: --openai-answer token-ids needs a \
                          server that returns them (vLLM's return_tokens_as_token_ids)"
                             .into(),
                     );

@@ -252,7 +252,7 @@ fn usage_gives_the_token_count_and_token_ids_the_answer() {
 }
 
 #[test]
-fn upstream_errors_fail_only_their_sample() {
+fn server_errors_fail_only_their_sample() {
     let (_server, url, _) = serve(Duration::ZERO);
     let b = backend(&url, "fake", args());
     let inputs = [
@@ -279,7 +279,7 @@ fn upstream_errors_fail_only_their_sample() {
 }
 
 #[test]
-fn warm_up_names_an_unreachable_upstream_or_an_unknown_model() {
+fn warm_up_names_an_unreachable_server_or_an_unknown_model() {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port");

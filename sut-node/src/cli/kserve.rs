@@ -2,7 +2,7 @@
 
 use sut_node::backend::kserve::KserveOptions;
 
-/// Options of the kserve backend (with the shared `--upstream` and
+/// Options of the kserve backend (with the shared `--server-url` and
 /// `--model-name`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct KserveArgs {

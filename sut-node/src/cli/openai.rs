@@ -21,7 +21,7 @@ pub enum AnswerKind {
     TokenIds,
 }
 
-/// Options of the openai backend (with the shared `--upstream` and
+/// Options of the openai backend (with the shared `--server-url` and
 /// `--model-name`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct OpenaiArgs {

@@ -11,7 +11,8 @@
 //!
 //! `Backend::infer` runs on the batcher's worker thread; the requests of a
 //! batch are all in flight at once on the backend's own tokio runtime, so
-//! `--max-batch-size` is the number of concurrent requests to the upstream.
+//! `--max-batch-size` is the number of concurrent requests to the inference
+//! server.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -97,13 +98,13 @@ impl Default for KserveOptions {
 #[derive(Debug, Error)]
 pub enum KserveConfigError {
     #[error(
-        "--backend kserve needs --upstream URL (the server's gRPC endpoint, e.g. http://host:8001)"
+        "--backend kserve needs --server-url URL (the server's gRPC endpoint, e.g. http://host:8001)"
     )]
-    NoUpstream,
+    NoServerUrl,
     #[error("--backend kserve needs --model-name NAME (the model's name on the server)")]
     NoModelName,
-    #[error("--upstream {0:?}: {1}")]
-    BadUpstream(String, String),
+    #[error("--server-url {0:?}: {1}")]
+    BadServerUrl(String, String),
     #[error("--kserve-input-shape {0:?}: {1}")]
     BadShape(String, String),
     #[error(
@@ -126,7 +127,7 @@ struct InputSpec {
 pub struct Kserve {
     runtime: Runtime,
     client: Client,
-    upstream: String,
+    server_url: String,
     model: String,
     args: KserveOptions,
     timeout: Duration,
@@ -139,11 +140,11 @@ pub struct Kserve {
 
 impl Kserve {
     pub fn new(
-        upstream: Option<String>,
+        server_url: Option<String>,
         model_name: Option<String>,
         args: KserveOptions,
     ) -> Result<Self, KserveConfigError> {
-        let upstream = upstream.ok_or(KserveConfigError::NoUpstream)?;
+        let server_url = server_url.ok_or(KserveConfigError::NoServerUrl)?;
         let model = model_name.ok_or(KserveConfigError::NoModelName)?;
         let shape_override = args
             .kserve_input_shape
@@ -154,19 +155,19 @@ impl Kserve {
             crate::timeout_secs(args.kserve_timeout).ok_or(KserveConfigError::BadTimeout)?;
         let runtime = Runtime::new("kserve").map_err(KserveConfigError::Runtime)?;
         // Plain host:port means no TLS.
-        let url = if upstream.contains("://") {
-            upstream.clone()
+        let url = if server_url.contains("://") {
+            server_url.clone()
         } else {
-            format!("http://{upstream}")
+            format!("http://{server_url}")
         };
         let bad = |e: &dyn std::fmt::Display| {
-            KserveConfigError::BadUpstream(upstream.clone(), e.to_string())
+            KserveConfigError::BadServerUrl(server_url.clone(), e.to_string())
         };
         let endpoint = Endpoint::from_shared(url)
             .map_err(|e| bad(&e))?
             .connect_timeout(Duration::from_secs(10))
             // Keeps the HTTP/2 connection warm through idle stretches and
-            // finds a dead upstream before a sample does.
+            // finds a dead server before a sample does.
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
@@ -189,7 +190,7 @@ impl Kserve {
         Ok(Self {
             runtime,
             client,
-            upstream,
+            server_url,
             model,
             args,
             timeout,
@@ -199,22 +200,24 @@ impl Kserve {
         })
     }
 
-    async fn check_upstream(&self) -> Result<InputSpec, BackendError> {
+    async fn check_server(&self) -> Result<InputSpec, BackendError> {
         let mut client = self.client.clone();
-        let (up, model) = (&self.upstream, &self.model);
+        let (up, model) = (&self.server_url, &self.model);
         let version = self.args.kserve_model_version.clone();
         let ready = client
             .server_ready(pb::ServerReadyRequest {})
             .await
             .map_err(|s| {
                 BackendError(format!(
-                    "kserve upstream {up} is unreachable: {}",
+                    "kserve inference server {up} is unreachable: {}",
                     status_text(&s)
                 ))
             })?
             .into_inner();
         if !ready.ready {
-            return Err(BackendError(format!("kserve upstream {up} is not ready")));
+            return Err(BackendError(format!(
+                "kserve inference server {up} is not ready"
+            )));
         }
         let ready = client
             .model_ready(pb::ModelReadyRequest {
@@ -224,14 +227,14 @@ impl Kserve {
             .await
             .map_err(|s| {
                 BackendError(format!(
-                    "kserve upstream {up}: model {model:?}: {}",
+                    "kserve inference server {up}: model {model:?}: {}",
                     status_text(&s)
                 ))
             })?
             .into_inner();
         if !ready.ready {
             return Err(BackendError(format!(
-                "kserve upstream {up}: model {model:?} is not ready"
+                "kserve inference server {up}: model {model:?} is not ready"
             )));
         }
         let meta = client
@@ -242,13 +245,16 @@ impl Kserve {
             .await
             .map_err(|s| {
                 BackendError(format!(
-                    "kserve upstream {up}: metadata of model {model:?}: {}",
+                    "kserve inference server {up}: metadata of model {model:?}: {}",
                     status_text(&s)
                 ))
             })?
             .into_inner();
-        self.input_spec(&meta)
-            .map_err(|e| BackendError(format!("kserve upstream {up}: model {model:?}: {e}")))
+        self.input_spec(&meta).map_err(|e| {
+            BackendError(format!(
+                "kserve inference server {up}: model {model:?}: {e}"
+            ))
+        })
     }
 
     /// The input tensor: the flags, or else the model's metadata.
@@ -399,8 +405,10 @@ impl Kserve {
                 let request = request?;
                 match tokio::time::timeout(timeout, client.model_infer(request)).await {
                     Ok(Ok(response)) => Ok(response.into_inner()),
-                    Ok(Err(status)) => Err(upstream_error(&status)),
-                    Err(_) => Err(format!("no answer from the upstream within {timeout:?}")),
+                    Ok(Err(status)) => Err(server_error(&status)),
+                    Err(_) => Err(format!(
+                        "no answer from the inference server within {timeout:?}"
+                    )),
                 }
             }
         });
@@ -455,7 +463,7 @@ impl Kserve {
                 let mut stream = match response {
                     Ok(r) => r.into_inner(),
                     Err(status) => {
-                        let _ = tx.send(Event::Failed(upstream_error(&status)));
+                        let _ = tx.send(Event::Failed(server_error(&status)));
                         return;
                     }
                 };
@@ -468,7 +476,7 @@ impl Kserve {
                         }
                         Ok(None) => return,
                         Err(status) => {
-                            let _ = tx.send(Event::Failed(upstream_error(&status)));
+                            let _ = tx.send(Event::Failed(server_error(&status)));
                             return;
                         }
                     }
@@ -498,15 +506,15 @@ impl Backend for Kserve {
     }
 
     fn warm_up(&self) -> Result<(), BackendError> {
-        let input = self.runtime.block_on(self.check_upstream())?;
+        let input = self.runtime.block_on(self.check_server())?;
         tracing::info!(
-            upstream = %self.upstream,
+            server = %self.server_url,
             model = %self.model,
             input = %input.name,
             datatype = %input.datatype,
             shape = ?input.shape,
             stream = self.args.kserve_stream,
-            "kserve upstream ready"
+            "kserve inference server ready"
         );
         // One request of zeros when the shape is fixed: opens the connection
         // and lets the server load what it loads lazily.
@@ -523,8 +531,8 @@ impl Backend for Kserve {
             let out = self.infer(&[zeros], BatchInfo::default(), &mut Ignore)?;
             if let Some(Err(e)) = out.first() {
                 return Err(BackendError(format!(
-                    "kserve upstream {}: warm-up request to model {:?} failed: {e}",
-                    self.upstream, self.model
+                    "kserve inference server {}: warm-up request to model {:?} failed: {e}",
+                    self.server_url, self.model
                 )));
             }
         }
@@ -615,10 +623,10 @@ fn output_bytes(response: &ModelInferResponse, name: Option<&str>) -> Result<Byt
             .position(|t| t.name == name)
             .ok_or_else(|| {
                 let names: Vec<&str> = response.outputs.iter().map(|t| t.name.as_str()).collect();
-                format!("the upstream's response has no output {name:?} (it has {names:?})")
+                format!("the inference server's response has no output {name:?} (it has {names:?})")
             })?,
         None if response.outputs.is_empty() && response.raw_output_contents.is_empty() => {
-            return Err("the upstream's response has no output".into())
+            return Err("the inference server's response has no output".into())
         }
         None => 0,
     };
@@ -628,7 +636,7 @@ fn output_bytes(response: &ModelInferResponse, name: Option<&str>) -> Result<Byt
     let tensor = response
         .outputs
         .get(index)
-        .ok_or("the upstream's response has no output")?;
+        .ok_or("the inference server's response has no output")?;
     let contents = tensor
         .contents
         .as_ref()
@@ -681,9 +689,10 @@ fn status_text(s: &tonic::Status) -> String {
     }
 }
 
-/// A failed request as the sample's error: the upstream's status and message.
-fn upstream_error(s: &tonic::Status) -> String {
-    format!("upstream {}", status_text(s))
+/// A failed request as the sample's error: the inference server's status and
+/// message.
+fn server_error(s: &tonic::Status) -> String {
+    format!("inference server {}", status_text(s))
 }
 
 #[cfg(test)]

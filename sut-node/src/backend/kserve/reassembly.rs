@@ -74,7 +74,7 @@ impl StreamReassembly {
             if !m.error_message.is_empty() && response.id.is_empty() {
                 // An error the server could not tie to a request: every open
                 // sample fails with it.
-                self.fail_open(&format!("upstream: {}", m.error_message));
+                self.fail_open(&format!("inference server: {}", m.error_message));
             }
             return;
         };
@@ -82,7 +82,7 @@ impl StreamReassembly {
             return;
         }
         if !m.error_message.is_empty() {
-            self.close(i, Err(format!("upstream: {}", m.error_message)));
+            self.close(i, Err(format!("inference server: {}", m.error_message)));
             return;
         }
         if !response.outputs.is_empty() || !response.raw_output_contents.is_empty() {
@@ -104,7 +104,7 @@ impl StreamReassembly {
         if is_final(&response) {
             let (buf, n) = std::mem::take(&mut self.partial[i]);
             let output = if n == 0 {
-                Err("the upstream's final response has no output".to_string())
+                Err("the inference server's final response has no output".to_string())
             } else {
                 Ok(Answer {
                     payload: buf.freeze(),
@@ -131,7 +131,7 @@ impl StreamReassembly {
             .map(|o| {
                 o.unwrap_or_else(|| {
                     Err(format!(
-                        "the upstream's stream ended without an answer (or not within {timeout:?})"
+                        "the inference server's stream ended without an answer (or not within {timeout:?})"
                     ))
                 })
             })
@@ -319,7 +319,7 @@ mod tests {
         r.response(part("r1", b"b", Some(true)), &mut sink);
         assert!(r.is_complete());
         let out = r.finish(LIMIT);
-        assert_eq!(out[0], Err("upstream: out of memory".to_string()));
+        assert_eq!(out[0], Err("inference server: out of memory".to_string()));
         assert_eq!(out[1], answer(b"b", 1));
     }
 
@@ -330,7 +330,7 @@ mod tests {
         r.response(part("r0", b"half", Some(false)), &mut sink);
         r.response(error("", "model unloaded"), &mut sink);
         assert!(r.is_complete());
-        let failed = Err("upstream: model unloaded".to_string());
+        let failed = Err("inference server: model unloaded".to_string());
         assert_eq!(
             r.finish(LIMIT),
             vec![failed.clone(), answer(b"done", 1), failed]
@@ -342,13 +342,13 @@ mod tests {
         let (mut r, mut sink) = (batch(2), Record::default());
         r.response(part("r0", b"a", Some(true)), &mut sink);
         r.response(part("r1", b"b", Some(false)), &mut sink);
-        r.stream_failed("upstream Unavailable: connection reset");
+        r.stream_failed("inference server Unavailable: connection reset");
         assert!(r.is_complete());
         let out = r.finish(LIMIT);
         assert_eq!(out[0], answer(b"a", 1));
         assert_eq!(
             out[1],
-            Err("upstream Unavailable: connection reset".to_string())
+            Err("inference server Unavailable: connection reset".to_string())
         );
     }
 

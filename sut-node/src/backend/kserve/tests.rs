@@ -291,7 +291,7 @@ fn forwards_a_batch_concurrently_and_returns_raw_and_typed_outputs() {
 }
 
 #[test]
-fn an_upstream_error_fails_only_its_sample_with_the_upstream_status() {
+fn a_server_error_fails_only_its_sample_with_the_server_status() {
     let (_server, url) = serve(Fake::default());
     let b = backend(&url, "echo", args());
     b.warm_up().expect("warm-up");
@@ -357,7 +357,7 @@ fn the_stream_mode_gathers_responses_and_reports_the_first_as_first_token() {
 }
 
 #[test]
-fn warm_up_names_an_unreachable_upstream_or_a_missing_model() {
+fn warm_up_names_an_unreachable_server_or_a_missing_model() {
     // A port nothing listens on: bound, then closed.
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -403,7 +403,7 @@ fn shapes_and_typed_contents() {
 fn missing_flags_are_refused() {
     assert!(matches!(
         Kserve::new(None, Some("m".into()), args()),
-        Err(KserveConfigError::NoUpstream)
+        Err(KserveConfigError::NoServerUrl)
     ));
     assert!(matches!(
         Kserve::new(Some("h:1".into()), None, args()),

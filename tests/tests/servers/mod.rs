@@ -25,14 +25,14 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub struct Upstream {
+pub struct InferenceServer {
     child: Child,
     pub log: PathBuf,
 }
 
-impl Upstream {
+impl InferenceServer {
     /// Starts `cmd` in its own process group, output to `log`.
-    pub fn start(mut cmd: Command, log: &Path) -> Upstream {
+    pub fn start(mut cmd: Command, log: &Path) -> InferenceServer {
         let out = std::fs::File::create(log).expect("log file");
         let err = out.try_clone().expect("log file");
         let child = cmd
@@ -42,7 +42,7 @@ impl Upstream {
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-        Upstream {
+        InferenceServer {
             child,
             log: log.to_path_buf(),
         }
@@ -74,7 +74,7 @@ impl Upstream {
     }
 }
 
-impl Drop for Upstream {
+impl Drop for InferenceServer {
     fn drop(&mut self) {
         // The whole group: servers start workers of their own.
         let pgid = self.child.id() as i32;
