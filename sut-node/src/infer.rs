@@ -29,6 +29,7 @@ use tonic::{Status, Streaming};
 use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
+use crate::budget::Connection;
 use crate::codec;
 use crate::metrics::{Received, NODE as METRICS};
 use crate::server::{stopped, Node};
@@ -45,9 +46,10 @@ const MAX_CHUNK: usize = 256;
 pub(crate) fn open(
     stream: u64,
     input: Streaming<ToNode>,
+    connection: Arc<Connection>,
     node: Arc<Node>,
 ) -> ReceiverStream<Result<FromNode, Status>> {
-    open_with(stream, input, node)
+    open_with(stream, input, connection, node)
 }
 
 /// [`open`] for any transport: `input` yields the stream's `ToNode`
@@ -55,6 +57,7 @@ pub(crate) fn open(
 pub(crate) fn open_with<S, E>(
     stream: u64,
     input: S,
+    connection: Arc<Connection>,
     node: Arc<Node>,
 ) -> ReceiverStream<Result<FromNode, Status>>
 where
@@ -65,7 +68,12 @@ where
     // Capacity 1: while the gRPC layer is busy sending, answers pile up in
     // the outbox and leave together in the next FromNode.
     let (tx, rx) = mpsc::channel(1);
-    tokio::spawn(read_samples(input, Arc::clone(&reply), Arc::clone(&node)));
+    tokio::spawn(read_samples(
+        input,
+        Arc::clone(&reply),
+        connection,
+        Arc::clone(&node),
+    ));
     tokio::spawn(write_answers(stream, reply, tx, node));
     ReceiverStream::new(rx)
 }
@@ -75,8 +83,9 @@ pub(crate) struct Job {
     id: u64,
     input: Bytes,
     reply: Arc<Reply>,
-    /// Its share of the node's decoded-bytes budget, freed with the job.
-    _budget: Option<OwnedSemaphorePermit>,
+    /// Its share of the node's and its connection's decoded-bytes budgets,
+    /// freed with the job.
+    _budget: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
     /// When the reader had its message: the start of the node's time.
     received: std::time::Instant,
 }
@@ -295,8 +304,12 @@ fn split<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
 
 /// Reads samples off the stream and hands them to the batcher, a chunk of
 /// everything already received at a time.
-async fn read_samples<S, E>(mut input: S, reply: Arc<Reply>, node: Arc<Node>)
-where
+async fn read_samples<S, E>(
+    mut input: S,
+    reply: Arc<Reply>,
+    connection: Arc<Connection>,
+    node: Arc<Node>,
+) where
     S: Stream<Item = Result<ToNode, E>> + Unpin,
     E: std::fmt::Display,
 {
@@ -333,27 +346,29 @@ where
                     tally.sample(sample.codec, sample.payload.len());
                     match decode(&node, sample.codec, sample.payload, max_input).await {
                         Ok(input) => {
-                            // The decoded bytes count against the node's budget
-                            // until the sample has run; if it is spent, what this
-                            // reader holds goes to the batcher first.
-                            let units = budget_units(input.len(), &node);
-                            let budget = match Arc::clone(&node.decoded)
-                                .try_acquire_many_owned(units)
-                            {
-                                Ok(p) => p,
-                                Err(_) => {
-                                    if !submit(&mut chunk, &reply, &node, &mut stop).await {
+                            // The decoded bytes count against the connection's
+                            // and the node's budgets until the sample has run;
+                            // if one is spent, what this reader holds goes to
+                            // the batcher first, then it waits.
+                            let mine = connection.budget.units(input.len());
+                            let all = node.decoded.units(input.len());
+                            let budget = match try_budget(&connection, &node, mine, all) {
+                                Some(b) => b,
+                                None => {
+                                    if !submit(&mut chunk, &reply, &connection, &node, &mut stop)
+                                        .await
+                                    {
                                         break 'read;
                                     }
-                                    let wait = Arc::clone(&node.decoded).acquire_many_owned(units);
-                                    let permit = tokio::select! {
+                                    let wait = wait_budget(&connection, &node, mine, all);
+                                    let budget = tokio::select! {
                                         biased;
                                         _ = stopped(&mut stop) => break 'read,
-                                        p = wait => p,
+                                        b = wait => b,
                                     };
-                                    match permit {
-                                        Ok(p) => p,
-                                        Err(_) => break 'read,
+                                    match budget {
+                                        Some(b) => b,
+                                        None => break 'read,
                                     }
                                 }
                             };
@@ -394,7 +409,7 @@ where
         }
 
         METRICS.add_received(&mut tally);
-        if !submit(&mut chunk, &reply, &node, &mut stop).await {
+        if !submit(&mut chunk, &reply, &connection, &node, &mut stop).await {
             break 'read;
         }
         if ended {
@@ -414,6 +429,7 @@ where
 async fn submit(
     chunk: &mut Vec<Job>,
     reply: &Reply,
+    connection: &Connection,
     node: &Node,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
@@ -424,7 +440,7 @@ async fn submit(
     reply.lock().pending += n;
     node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
     tokio::select! {
-        _ = node.batcher.submit(chunk) => {}
+        _ = node.batcher.submit(connection.id, chunk) => {}
         _ = stopped(stop) => {}
     }
     let left = chunk.len();
@@ -458,24 +474,31 @@ async fn decode(
         .unwrap_or_else(|e| Err(format!("decoding failed: {e}")))
 }
 
-/// Bytes are counted against the decoded-bytes budget in KiB.
-const BUDGET_UNIT: usize = 1024;
+type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
-/// The budget units `len` decoded bytes take (at most the whole budget, so
-/// that any input the limits accept can run).
-fn budget_units(len: usize, node: &Node) -> u32 {
-    let total = node
-        .config
-        .limits
-        .max_decoded_bytes
-        .div_ceil(BUDGET_UNIT)
-        .max(1);
-    len.div_ceil(BUDGET_UNIT).clamp(1, total) as u32
+/// Both budgets' units at once, if both have them now.
+fn try_budget(connection: &Connection, node: &Node, mine: u32, all: u32) -> Option<Permits> {
+    let own = Arc::clone(connection.budget.semaphore())
+        .try_acquire_many_owned(mine)
+        .ok()?;
+    let shared = Arc::clone(node.decoded.semaphore())
+        .try_acquire_many_owned(all)
+        .ok()?;
+    Some((own, shared))
 }
 
-/// The number of units of the whole budget, for the node's semaphore.
-pub(crate) fn budget_total(max_decoded_bytes: usize) -> usize {
-    max_decoded_bytes.div_ceil(BUDGET_UNIT).max(1)
+/// Both budgets' units, waiting for them: the connection's first, so that a
+/// connection over its share does not hold any of the node's meanwhile.
+async fn wait_budget(connection: &Connection, node: &Node, mine: u32, all: u32) -> Option<Permits> {
+    let own = Arc::clone(connection.budget.semaphore())
+        .acquire_many_owned(mine)
+        .await
+        .ok()?;
+    let shared = Arc::clone(node.decoded.semaphore())
+        .acquire_many_owned(all)
+        .await
+        .ok()?;
+    Some((own, shared))
 }
 
 /// The stream's next message if it is already here, without waiting.

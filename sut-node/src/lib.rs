@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod batcher;
+mod budget;
 pub mod codec;
 pub mod config_file;
 pub mod describe;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod quic;
 pub mod server;
 pub mod tls;
+mod whole_messages;
 
 /// The longest timeout an option may ask for: a year. Longer ones would
 /// overflow the clocks' arithmetic.

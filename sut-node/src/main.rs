@@ -234,6 +234,13 @@ struct LimitArgs {
           help_heading = "Limits")]
     max_decoded_bytes: usize,
 
+    /// The share of --max-decoded-bytes one connection may hold; past it the
+    /// node stops reading that connection's samples.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_decoded_bytes_per_connection,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 40),
+          help_heading = "Limits")]
+    max_decoded_bytes_per_connection: usize,
+
     /// Connections served at once, all clients together (gRPC and QUIC
     /// each); more are closed at once.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections,
@@ -277,6 +284,7 @@ impl LimitArgs {
             max_message_bytes: max_input_bytes + MESSAGE_OVERHEAD,
             max_waiting_answer_bytes: self.max_waiting_answer_bytes,
             max_decoded_bytes: self.max_decoded_bytes,
+            max_decoded_bytes_per_connection: self.max_decoded_bytes_per_connection,
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,
             max_streams_per_connection: self.max_streams_per_connection,

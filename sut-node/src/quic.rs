@@ -322,7 +322,8 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
         decoder: FrameDecoder::new(node.config.limits.max_message_bytes.min(MAX_DATA_FRAME)),
         done: false,
     };
-    let mut answers = infer::open_with(stream, input, node).into_inner();
+    let connection = node.connections.of(Some(peer));
+    let mut answers = infer::open_with(stream, input, connection, node).into_inner();
     loop {
         let chunks = w.take_chunks();
         if !chunks.is_empty() {

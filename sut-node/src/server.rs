@@ -25,10 +25,12 @@ use tracing::{info, warn};
 
 use crate::backend::{Backend, BackendError};
 use crate::batcher::{BatchPolicy, Batcher};
+use crate::budget::{Budget, Connections};
 use crate::codec;
 use crate::infer::{self, batch_runner, Job};
 use crate::limits::Limits;
 use crate::listen;
+use crate::whole_messages::WholeMessages;
 
 /// The scenarios a session may name (LoadGen's spelling).
 pub const SCENARIOS: [&str; 4] = ["SingleStream", "MultiStream", "Server", "Offline"];
@@ -134,9 +136,8 @@ pub async fn serve_on(
         stop: stop_rx.clone(),
         streams: AtomicU64::new(0),
         refused: Mutex::new(HashMap::new()),
-        decoded: Arc::new(Semaphore::new(infer::budget_total(
-            config_limits.max_decoded_bytes,
-        ))),
+        decoded: Budget::new(config_limits.max_decoded_bytes),
+        connections: Connections::new(config_limits.max_decoded_bytes_per_connection),
         decoding: Arc::new(Semaphore::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
@@ -148,7 +149,16 @@ pub async fn serve_on(
         let service = SutNodeServer::new(Service(Arc::clone(&node)))
             .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let max_message = limits.max_message_bytes;
         let router = Server::builder()
+            // Requests' messages reach tonic only once complete, so that a
+            // declared length is never reserved before its bytes arrive.
+            .layer(tower::util::MapRequestLayer::new(
+                move |request: http::Request<tonic::body::Body>| {
+                    request
+                        .map(|body| tonic::body::Body::new(WholeMessages::new(body, max_message)))
+                },
+            ))
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             .max_concurrent_streams(limits.max_streams_per_connection)
@@ -264,8 +274,10 @@ pub(crate) struct Node {
     /// Numbers the Infer streams in the logs.
     pub(crate) streams: AtomicU64,
     /// The decoded-bytes budget of the samples received and not yet run
-    /// (`Limits::max_decoded_bytes`, in KiB).
-    pub(crate) decoded: Arc<Semaphore>,
+    /// (`Limits::max_decoded_bytes`).
+    pub(crate) decoded: Budget,
+    /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
+    pub(crate) connections: Connections,
     /// Turns to decode compressed inputs, one per core.
     pub(crate) decoding: Arc<Semaphore>,
     /// Connections (by peer address) whose last session was refused, with
@@ -434,7 +446,8 @@ impl SutNode for Service {
         }
         let stream = node.streams.fetch_add(1, Ordering::Relaxed) + 1;
         info!(stream, peer = %peer(&request), "infer stream opened");
-        let answers = infer::open(stream, request.into_inner(), Arc::clone(node));
+        let connection = node.connections.of(request.remote_addr());
+        let answers = infer::open(stream, request.into_inner(), connection, Arc::clone(node));
         Ok(Response::new(answers))
     }
 }
