@@ -267,7 +267,8 @@ struct LimitArgs {
     handshake_timeout: f64,
 
     /// Seconds after which a connection that carried nothing either way is
-    /// closed.
+    /// closed (for QUIC: the idle timeout the node offers; a connection
+    /// gets the shorter of both sides').
     #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().idle_timeout.as_secs_f64(),
           help_heading = "Limits")]
     idle_timeout: f64,
@@ -448,7 +449,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
 
     // Installed before the ready line, so a signal right after it is caught.
     let shutdown = shutdown_signal()?;
-    let bound = bind(&name, &args.listen, &args.net).await?;
+    let bound = bind(&name, &args.listen, &args.net, &limits).await?;
     // The gRPC address when gRPC is on (scripts parse it), else QUIC's.
     let addr = bound
         .grpc_addr
@@ -575,7 +576,7 @@ struct Bound {
 /// gRPC port's number (with `--listen HOST:0`, the port is picked for gRPC
 /// first; if its UDP twin is taken, another one is picked). Creates the TLS
 /// identity when a transport needs it and prints its fingerprint.
-async fn bind(name: &str, listen: &str, net: &NetArgs) -> Result<Bound> {
+async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Result<Bound> {
     let (grpc_on, quic_on) = (!net.no_grpc, !net.no_quic);
     if !grpc_on && !quic_on {
         bail!("--no-grpc and --no-quic leave nothing to serve");
@@ -657,7 +658,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs) -> Result<Bound> {
             });
         };
         let target = quic_listen.or(grpc_addr).unwrap_or(listen_addr);
-        match sut_node::quic::endpoint(target, quic_tls) {
+        match sut_node::quic::endpoint(target, quic_tls, limits.idle_timeout) {
             Ok(endpoint) => {
                 let quic_addr = Some(endpoint.local_addr().context("QUIC socket")?);
                 return Ok(Bound {

@@ -48,12 +48,24 @@ pub fn transport_config() -> quinn::TransportConfig {
 }
 
 /// A QUIC endpoint on `addr` (UDP) serving with `tls` (its ALPN must be
-/// `proto::quic::ALPN`).
-pub fn endpoint(addr: SocketAddr, tls: rustls::ServerConfig) -> std::io::Result<quinn::Endpoint> {
+/// `proto::quic::ALPN`). A connection silent for `idle_timeout` (no packet
+/// at all, keep-alives included) is closed; QUIC takes the shorter of this
+/// and the client's own.
+pub fn endpoint(
+    addr: SocketAddr,
+    tls: rustls::ServerConfig,
+    idle_timeout: Duration,
+) -> std::io::Result<quinn::Endpoint> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| std::io::Error::other(format!("TLS configuration for QUIC: {e}")))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config()));
+    let mut transport = transport_config();
+    // Out of QUIC's range (about 146,000 years) only if longer than the
+    // flag allows.
+    if let Ok(idle) = quinn::IdleTimeout::try_from(idle_timeout) {
+        transport.max_idle_timeout(Some(idle));
+    }
+    config.transport_config(Arc::new(transport));
     let socket = udp_socket(addr)?;
     quinn::Endpoint::new(
         endpoint_config(),
