@@ -29,10 +29,13 @@ use tonic::{Status, Streaming};
 use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
+use crate::batcher::Batcher;
 use crate::budget::Connection;
+use crate::budget::{Budget, Connections};
 use crate::codec;
 use crate::metrics::{Received, NODE as METRICS};
-use crate::server::{stopped, Node};
+use crate::node_config::NodeConfig;
+use crate::stop::stopped;
 
 /// A `FromNode` carrying more payload than this is split, so that a backlog
 /// of answers stays under the receiver's default 4 MiB message limit.
@@ -42,12 +45,61 @@ const ITEM_OVERHEAD: usize = 16;
 /// Most samples the reader hands the batcher at once.
 const MAX_CHUNK: usize = 256;
 
+/// What the node's Infer streams share: the settings, the batcher and the
+/// budgets.
+pub(crate) struct DataPath {
+    pub(crate) config: NodeConfig,
+    /// Samples received and not yet answered, all streams together.
+    pub(crate) outstanding: Arc<AtomicU64>,
+    pub(crate) batcher: Batcher<Job>,
+    /// Becomes true when the node shuts down.
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+    /// The decoded-bytes budget of the samples received and not yet run
+    /// (`Limits::max_decoded_bytes`).
+    pub(crate) decoded: Budget,
+    /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
+    pub(crate) connections: Connections,
+    /// Turns to decode compressed inputs, one per core.
+    decoding: Arc<tokio::sync::Semaphore>,
+}
+
+impl DataPath {
+    /// Starts the batcher's worker, which runs `backend`.
+    pub(crate) fn start(
+        config: NodeConfig,
+        backend: Arc<dyn Backend>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> std::io::Result<Self> {
+        let outstanding = Arc::new(AtomicU64::new(0));
+        // Enough to keep full batches coming, small enough to push back on a
+        // client that sends faster than the backend answers.
+        let capacity = (4 * config.batch.max_batch_size).max(1024);
+        let batcher = Batcher::start(
+            config.batch,
+            capacity,
+            batch_runner(backend, Arc::clone(&outstanding)),
+        )?;
+        let limits = config.limits;
+        Ok(Self {
+            config,
+            outstanding,
+            batcher,
+            stop,
+            decoded: Budget::new(limits.max_decoded_bytes),
+            connections: Connections::new(limits.max_decoded_bytes_per_connection),
+            decoding: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
+        })
+    }
+}
+
 /// Starts the reader and writer of a new stream; returns its answers.
 pub(crate) fn open(
     stream: u64,
     input: Streaming<ToNode>,
     connection: Arc<Connection>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) -> ReceiverStream<Result<FromNode, Status>> {
     open_with(stream, input, connection, node)
 }
@@ -58,7 +110,7 @@ pub(crate) fn open_with<S, E>(
     stream: u64,
     input: S,
     connection: Arc<Connection>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) -> ReceiverStream<Result<FromNode, Status>>
 where
     S: Stream<Item = Result<ToNode, E>> + Unpin + Send + 'static,
@@ -308,7 +360,7 @@ async fn read_samples<S, E>(
     mut input: S,
     reply: Arc<Reply>,
     connection: Arc<Connection>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) where
     S: Stream<Item = Result<ToNode, E>> + Unpin,
     E: std::fmt::Display,
@@ -430,7 +482,7 @@ async fn submit(
     chunk: &mut Vec<Job>,
     reply: &Reply,
     connection: &Connection,
-    node: &Node,
+    node: &DataPath,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
     if chunk.is_empty() {
@@ -457,7 +509,7 @@ async fn submit(
 /// the blocking pool, a bounded number at a time, so that decoding never
 /// holds up the network threads.
 async fn decode(
-    node: &Node,
+    node: &DataPath,
     codec: i32,
     payload: Bytes,
     max_input: usize,
@@ -477,7 +529,7 @@ async fn decode(
 type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
 /// Both budgets' units at once, if both have them now.
-fn try_budget(connection: &Connection, node: &Node, mine: u32, all: u32) -> Option<Permits> {
+fn try_budget(connection: &Connection, node: &DataPath, mine: u32, all: u32) -> Option<Permits> {
     let own = Arc::clone(connection.budget.semaphore())
         .try_acquire_many_owned(mine)
         .ok()?;
@@ -489,7 +541,12 @@ fn try_budget(connection: &Connection, node: &Node, mine: u32, all: u32) -> Opti
 
 /// Both budgets' units, waiting for them: the connection's first, so that a
 /// connection over its share does not hold any of the node's meanwhile.
-async fn wait_budget(connection: &Connection, node: &Node, mine: u32, all: u32) -> Option<Permits> {
+async fn wait_budget(
+    connection: &Connection,
+    node: &DataPath,
+    mine: u32,
+    all: u32,
+) -> Option<Permits> {
     let own = Arc::clone(connection.budget.semaphore())
         .acquire_many_owned(mine)
         .await
@@ -522,7 +579,7 @@ async fn write_answers(
     stream: u64,
     reply: Arc<Reply>,
     tx: mpsc::Sender<Result<FromNode, Status>>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) {
     send_answers(stream, &reply, tx, node).await;
     reply.writer_gone.store(true, Ordering::Release);
@@ -533,7 +590,7 @@ async fn send_answers(
     stream: u64,
     reply: &Reply,
     tx: mpsc::Sender<Result<FromNode, Status>>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) {
     let heartbeat = node.config.heartbeat;
     let output = node.config.codecs.output.codec();
@@ -623,7 +680,7 @@ fn payload_bytes(m: &FromNode) -> usize {
 
 /// The batcher's worker: runs a batch through the backend and delivers each
 /// output to the stream its sample came from.
-pub(crate) fn batch_runner(
+fn batch_runner(
     backend: Arc<dyn Backend>,
     outstanding: Arc<AtomicU64>,
 ) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {

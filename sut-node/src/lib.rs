@@ -17,8 +17,11 @@ mod infer;
 pub mod limits;
 mod listen;
 pub mod metrics;
+mod node;
+mod node_config;
 pub mod quic;
 pub mod server;
+mod stop;
 pub mod tls;
 mod whole_messages;
 
