@@ -30,8 +30,7 @@ use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::batcher::Batcher;
-use crate::budget::Connection;
-use crate::budget::{Budget, Connections};
+use crate::budget::{Budget, Connection, Connections};
 use crate::codec;
 use crate::metrics::{Received, NODE as METRICS};
 use crate::node_config::NodeConfig;
