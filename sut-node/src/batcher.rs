@@ -6,10 +6,15 @@
 //! allows. With a partial batch the worker waits until the oldest job has
 //! waited `max_wait` (or the batch fills) before running it.
 //!
-//! The queue is a mutex-protected deque rather than a channel so that a
+//! The queue is mutex-protected deques rather than a channel so that a
 //! submitter pushes a whole chunk of jobs, and the worker takes a whole
 //! batch, under one lock each. The queue holds at most `capacity` jobs:
 //! `submit` waits for room, which pushes back on the network stream.
+//!
+//! Jobs are queued by source (the node's connections), and a batch takes
+//! them from the sources in turn, one job each: a client that floods the
+//! node delays the others' samples by at most one job per batch of its own,
+//! not by its whole backlog.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -46,15 +51,75 @@ struct Shared<J> {
 }
 
 struct State<J> {
-    queue: VecDeque<(Instant, J)>,
+    /// The sources with jobs queued, in the order they take turns.
+    sources: VecDeque<Source<J>>,
+    /// Jobs queued, all sources together.
+    queued: usize,
     closed: bool,
     /// The worker waits on `work`: only then do submitters signal it.
     worker_waiting: bool,
 }
 
+/// One source's jobs, oldest first, with when each was queued.
+struct Source<J> {
+    id: u64,
+    jobs: VecDeque<(Instant, J)>,
+}
+
 impl<J> Shared<J> {
     fn lock(&self) -> MutexGuard<'_, State<J>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<J> State<J> {
+    fn push(&mut self, source: u64, now: Instant, jobs: impl ExactSizeIterator<Item = J>) {
+        self.queued += jobs.len();
+        let queued = jobs.map(|job| (now, job));
+        match self.sources.iter_mut().find(|s| s.id == source) {
+            Some(s) => s.jobs.extend(queued),
+            None => self.sources.push_back(Source {
+                id: source,
+                jobs: queued.collect(),
+            }),
+        }
+    }
+
+    /// When the job that has waited longest was queued.
+    fn oldest(&self) -> Option<Instant> {
+        self.sources
+            .iter()
+            .filter_map(|s| s.jobs.front().map(|(at, _)| *at))
+            .min()
+    }
+
+    /// Moves up to `n` jobs into `batch`, one from each source in turn.
+    fn take(&mut self, n: usize, batch: &mut Vec<J>) {
+        let n = n.min(self.queued);
+        self.queued -= n;
+        if self.sources.len() == 1 {
+            // The common case, one client: its jobs in order, in one go.
+            let only = &mut self.sources[0].jobs;
+            batch.extend(only.drain(..n).map(|(_, job)| job));
+            if only.is_empty() {
+                self.sources.clear();
+            }
+            return;
+        }
+        let mut taken = 0;
+        while taken < n {
+            let Some(mut source) = self.sources.pop_front() else {
+                break;
+            };
+            if let Some((_, job)) = source.jobs.pop_front() {
+                batch.push(job);
+                taken += 1;
+            }
+            // The next turn goes to the source after it; it goes last.
+            if !source.jobs.is_empty() {
+                self.sources.push_back(source);
+            }
+        }
     }
 }
 
@@ -77,7 +142,8 @@ impl<J: Send + 'static> Batcher<J> {
         let capacity = capacity.clamp(1, 1 << 30);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                queue: VecDeque::new(),
+                sources: VecDeque::new(),
+                queued: 0,
                 closed: false,
                 worker_waiting: false,
             }),
@@ -92,10 +158,10 @@ impl<J: Send + 'static> Batcher<J> {
         Ok(Self { shared, capacity })
     }
 
-    /// Queues all of `jobs` (leaving it empty), waiting for room in the
-    /// queue as needed. Cancel-safe: if the future is dropped, or the
-    /// batcher is closed, the jobs not yet queued are left in `jobs`.
-    pub async fn submit(&self, jobs: &mut Vec<J>) -> Result<(), Closed> {
+    /// Queues all of `jobs` from `source` (leaving it empty), waiting for
+    /// room in the queue as needed. Cancel-safe: if the future is dropped,
+    /// or the batcher is closed, the jobs not yet queued are left in `jobs`.
+    pub async fn submit(&self, source: u64, jobs: &mut Vec<J>) -> Result<(), Closed> {
         while !jobs.is_empty() {
             let n = jobs.len().min(self.capacity);
             let permits = u32::try_from(n).map_err(|_| Closed)?;
@@ -110,11 +176,10 @@ impl<J: Send + 'static> Batcher<J> {
             if state.closed {
                 return Err(Closed);
             }
-            let was_empty = state.queue.is_empty();
-            let now = Instant::now();
-            state.queue.extend(jobs.drain(..n).map(|job| (now, job)));
+            let was_empty = state.queued == 0;
+            state.push(source, Instant::now(), jobs.drain(..n));
             // A worker waiting on a partial batch only cares once it is full.
-            let full = state.queue.len() >= self.shared.policy.max_batch_size;
+            let full = state.queued >= self.shared.policy.max_batch_size;
             if state.worker_waiting && (was_empty || full) {
                 self.shared.work.notify_one();
             }
@@ -138,7 +203,8 @@ impl<J> Drop for Batcher<J> {
 fn close<J>(shared: &Shared<J>) {
     let mut state = shared.lock();
     state.closed = true;
-    state.queue.clear();
+    state.sources.clear();
+    state.queued = 0;
     shared.room.close();
     shared.work.notify_one();
 }
@@ -157,14 +223,13 @@ fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, bool)) {
             if state.closed {
                 return;
             }
-            let queued = state.queue.len();
-            if queued >= max_batch_size {
+            if state.queued >= max_batch_size {
                 break;
             }
-            let timeout = match state.queue.front() {
+            let timeout = match state.oldest() {
                 None => None,
-                Some((oldest, _)) => {
-                    let left = (*oldest + max_wait).saturating_duration_since(Instant::now());
+                Some(oldest) => {
+                    let left = (oldest + max_wait).saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         break;
                     }
@@ -185,8 +250,8 @@ fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, bool)) {
             };
             state.worker_waiting = false;
         }
-        let n = state.queue.len().min(max_batch_size);
-        batch.extend(state.queue.drain(..n).map(|(_, job)| job));
+        let n = state.queued.min(max_batch_size);
+        state.take(n, &mut batch);
         drop(state);
         shared.room.add_permits(n);
         run(&mut batch, back_to_back);
@@ -243,11 +308,11 @@ mod tests {
     #[tokio::test]
     async fn jobs_queued_behind_a_busy_worker_form_full_batches() {
         let (batcher, batches, gate) = gated(policy(4, Duration::ZERO), 64);
-        batcher.submit(&mut vec![0]).await.unwrap();
+        batcher.submit(0, &mut vec![0]).await.unwrap();
         assert_eq!(batches.recv_timeout(LONG).unwrap(), (vec![0], false));
         // The worker is blocked in `run`: these all queue up.
         let mut jobs: Vec<u32> = (1..=10).collect();
-        batcher.submit(&mut jobs).await.unwrap();
+        batcher.submit(0, &mut jobs).await.unwrap();
         assert!(jobs.is_empty());
         for _ in 0..4 {
             gate.send(()).unwrap();
@@ -264,8 +329,26 @@ mod tests {
 
         // Once the worker has had to wait, the next batch is not back to back.
         wait_until_idle(&batcher);
-        batcher.submit(&mut vec![11]).await.unwrap();
+        batcher.submit(0, &mut vec![11]).await.unwrap();
         assert_eq!(batches.recv_timeout(LONG).unwrap(), (vec![11], false));
+    }
+
+    #[tokio::test]
+    async fn sources_take_turns_within_a_batch() {
+        let (batcher, batches, gate) = gated(policy(4, Duration::ZERO), 64);
+        batcher.submit(9, &mut vec![0]).await.unwrap();
+        assert_eq!(jobs(&batches), vec![0]);
+        // While the worker is busy, a flood from source 1, two from source 2.
+        batcher.submit(1, &mut (10..18).collect()).await.unwrap();
+        batcher.submit(2, &mut vec![20, 21]).await.unwrap();
+        gate.send(()).unwrap();
+        assert_eq!(jobs(&batches), vec![10, 20, 11, 21]);
+        gate.send(()).unwrap();
+        assert_eq!(jobs(&batches), vec![12, 13, 14, 15]);
+        // A newcomer gets its turn before the flood's rest.
+        batcher.submit(3, &mut vec![30]).await.unwrap();
+        gate.send(()).unwrap();
+        assert_eq!(jobs(&batches), vec![16, 30, 17]);
     }
 
     #[tokio::test]
@@ -273,7 +356,7 @@ mod tests {
         let max_wait = Duration::from_millis(50);
         let (batcher, batches, _gate) = gated(policy(4, max_wait), 64);
         let submitted = Instant::now();
-        batcher.submit(&mut vec![1, 2]).await.unwrap();
+        batcher.submit(0, &mut vec![1, 2]).await.unwrap();
         assert_eq!(jobs(&batches), vec![1, 2]);
         assert!(submitted.elapsed() >= max_wait);
     }
@@ -281,8 +364,8 @@ mod tests {
     #[tokio::test]
     async fn a_batch_runs_as_soon_as_it_is_full() {
         let (batcher, batches, _gate) = gated(policy(4, Duration::from_secs(3600)), 64);
-        batcher.submit(&mut vec![1, 2]).await.unwrap();
-        batcher.submit(&mut vec![3, 4, 5]).await.unwrap();
+        batcher.submit(0, &mut vec![1, 2]).await.unwrap();
+        batcher.submit(0, &mut vec![3, 4, 5]).await.unwrap();
         assert_eq!(jobs(&batches), vec![1, 2, 3, 4]);
     }
 
@@ -293,13 +376,13 @@ mod tests {
     #[tokio::test]
     async fn submit_waits_for_room_in_the_queue() {
         let (batcher, batches, gate) = gated(policy(8, Duration::ZERO), 2);
-        batcher.submit(&mut vec![0]).await.unwrap();
+        batcher.submit(0, &mut vec![0]).await.unwrap();
         assert_eq!(jobs(&batches), vec![0]);
-        batcher.submit(&mut vec![1, 2]).await.unwrap();
+        batcher.submit(0, &mut vec![1, 2]).await.unwrap();
 
         // The queue is full and the worker is blocked: no room.
         let mut third = vec![3];
-        let mut submit = Box::pin(batcher.submit(&mut third));
+        let mut submit = Box::pin(batcher.submit(0, &mut third));
         assert!(poll_once(submit.as_mut()).is_pending());
 
         gate.send(()).unwrap();
@@ -312,12 +395,12 @@ mod tests {
     #[tokio::test]
     async fn a_closed_batcher_refuses_jobs_and_drops_its_queue() {
         let (batcher, batches, gate) = gated(policy(1, Duration::ZERO), 64);
-        batcher.submit(&mut vec![0]).await.unwrap();
+        batcher.submit(0, &mut vec![0]).await.unwrap();
         assert_eq!(jobs(&batches), vec![0]);
-        batcher.submit(&mut vec![1]).await.unwrap();
+        batcher.submit(0, &mut vec![1]).await.unwrap();
         batcher.close();
         let mut late = vec![2];
-        assert_eq!(batcher.submit(&mut late).await, Err(Closed));
+        assert_eq!(batcher.submit(0, &mut late).await, Err(Closed));
         assert_eq!(late, vec![2], "jobs not queued stay with the caller");
         gate.send(()).unwrap();
         // The worker exits without running the queued job.

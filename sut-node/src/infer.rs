@@ -29,9 +29,12 @@ use tonic::{Status, Streaming};
 use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
+use crate::batcher::Batcher;
+use crate::budget::{Budget, Connection, Connections};
 use crate::codec;
 use crate::metrics::{Received, NODE as METRICS};
-use crate::server::{stopped, Node};
+use crate::node_config::NodeConfig;
+use crate::stop::stopped;
 
 /// A `FromNode` carrying more payload than this is split, so that a backlog
 /// of answers stays under the receiver's default 4 MiB message limit.
@@ -41,13 +44,63 @@ const ITEM_OVERHEAD: usize = 16;
 /// Most samples the reader hands the batcher at once.
 const MAX_CHUNK: usize = 256;
 
+/// What the node's Infer streams share: the settings, the batcher and the
+/// budgets.
+pub(crate) struct DataPath {
+    pub(crate) config: NodeConfig,
+    /// Samples received and not yet answered, all streams together.
+    pub(crate) outstanding: Arc<AtomicU64>,
+    pub(crate) batcher: Batcher<Job>,
+    /// Becomes true when the node shuts down.
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+    /// The decoded-bytes budget of the samples received and not yet run
+    /// (`Limits::max_decoded_bytes`).
+    pub(crate) decoded: Budget,
+    /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
+    pub(crate) connections: Connections,
+    /// Turns to decode compressed inputs, one per core.
+    decoding: Arc<tokio::sync::Semaphore>,
+}
+
+impl DataPath {
+    /// Starts the batcher's worker, which runs `backend`.
+    pub(crate) fn start(
+        config: NodeConfig,
+        backend: Arc<dyn Backend>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> std::io::Result<Self> {
+        let outstanding = Arc::new(AtomicU64::new(0));
+        // Enough to keep full batches coming, small enough to push back on a
+        // client that sends faster than the backend answers.
+        let capacity = (4 * config.batch.max_batch_size).max(1024);
+        let batcher = Batcher::start(
+            config.batch,
+            capacity,
+            batch_runner(backend, Arc::clone(&outstanding)),
+        )?;
+        let limits = config.limits;
+        Ok(Self {
+            config,
+            outstanding,
+            batcher,
+            stop,
+            decoded: Budget::new(limits.max_decoded_bytes),
+            connections: Connections::new(limits.max_decoded_bytes_per_connection),
+            decoding: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
+        })
+    }
+}
+
 /// Starts the reader and writer of a new stream; returns its answers.
 pub(crate) fn open(
     stream: u64,
     input: Streaming<ToNode>,
-    node: Arc<Node>,
+    connection: Arc<Connection>,
+    node: Arc<DataPath>,
 ) -> ReceiverStream<Result<FromNode, Status>> {
-    open_with(stream, input, node)
+    open_with(stream, input, connection, node)
 }
 
 /// [`open`] for any transport: `input` yields the stream's `ToNode`
@@ -55,7 +108,8 @@ pub(crate) fn open(
 pub(crate) fn open_with<S, E>(
     stream: u64,
     input: S,
-    node: Arc<Node>,
+    connection: Arc<Connection>,
+    node: Arc<DataPath>,
 ) -> ReceiverStream<Result<FromNode, Status>>
 where
     S: Stream<Item = Result<ToNode, E>> + Unpin + Send + 'static,
@@ -65,7 +119,12 @@ where
     // Capacity 1: while the gRPC layer is busy sending, answers pile up in
     // the outbox and leave together in the next FromNode.
     let (tx, rx) = mpsc::channel(1);
-    tokio::spawn(read_samples(input, Arc::clone(&reply), Arc::clone(&node)));
+    tokio::spawn(read_samples(
+        input,
+        Arc::clone(&reply),
+        connection,
+        Arc::clone(&node),
+    ));
     tokio::spawn(write_answers(stream, reply, tx, node));
     ReceiverStream::new(rx)
 }
@@ -75,8 +134,9 @@ pub(crate) struct Job {
     id: u64,
     input: Bytes,
     reply: Arc<Reply>,
-    /// Its share of the node's decoded-bytes budget, freed with the job.
-    _budget: Option<OwnedSemaphorePermit>,
+    /// Its share of the node's and its connection's decoded-bytes budgets,
+    /// freed with the job.
+    _budget: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
     /// When the reader had its message: the start of the node's time.
     received: std::time::Instant,
 }
@@ -295,8 +355,12 @@ fn split<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
 
 /// Reads samples off the stream and hands them to the batcher, a chunk of
 /// everything already received at a time.
-async fn read_samples<S, E>(mut input: S, reply: Arc<Reply>, node: Arc<Node>)
-where
+async fn read_samples<S, E>(
+    mut input: S,
+    reply: Arc<Reply>,
+    connection: Arc<Connection>,
+    node: Arc<DataPath>,
+) where
     S: Stream<Item = Result<ToNode, E>> + Unpin,
     E: std::fmt::Display,
 {
@@ -333,27 +397,29 @@ where
                     tally.sample(sample.codec, sample.payload.len());
                     match decode(&node, sample.codec, sample.payload, max_input).await {
                         Ok(input) => {
-                            // The decoded bytes count against the node's budget
-                            // until the sample has run; if it is spent, what this
-                            // reader holds goes to the batcher first.
-                            let units = budget_units(input.len(), &node);
-                            let budget = match Arc::clone(&node.decoded)
-                                .try_acquire_many_owned(units)
-                            {
-                                Ok(p) => p,
-                                Err(_) => {
-                                    if !submit(&mut chunk, &reply, &node, &mut stop).await {
+                            // The decoded bytes count against the connection's
+                            // and the node's budgets until the sample has run;
+                            // if one is spent, what this reader holds goes to
+                            // the batcher first, then it waits.
+                            let mine = connection.budget.units(input.len());
+                            let all = node.decoded.units(input.len());
+                            let budget = match try_budget(&connection, &node, mine, all) {
+                                Some(b) => b,
+                                None => {
+                                    if !submit(&mut chunk, &reply, &connection, &node, &mut stop)
+                                        .await
+                                    {
                                         break 'read;
                                     }
-                                    let wait = Arc::clone(&node.decoded).acquire_many_owned(units);
-                                    let permit = tokio::select! {
+                                    let wait = wait_budget(&connection, &node, mine, all);
+                                    let budget = tokio::select! {
                                         biased;
                                         _ = stopped(&mut stop) => break 'read,
-                                        p = wait => p,
+                                        b = wait => b,
                                     };
-                                    match permit {
-                                        Ok(p) => p,
-                                        Err(_) => break 'read,
+                                    match budget {
+                                        Some(b) => b,
+                                        None => break 'read,
                                     }
                                 }
                             };
@@ -394,7 +460,7 @@ where
         }
 
         METRICS.add_received(&mut tally);
-        if !submit(&mut chunk, &reply, &node, &mut stop).await {
+        if !submit(&mut chunk, &reply, &connection, &node, &mut stop).await {
             break 'read;
         }
         if ended {
@@ -414,7 +480,8 @@ where
 async fn submit(
     chunk: &mut Vec<Job>,
     reply: &Reply,
-    node: &Node,
+    connection: &Connection,
+    node: &DataPath,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
     if chunk.is_empty() {
@@ -424,7 +491,7 @@ async fn submit(
     reply.lock().pending += n;
     node.outstanding.fetch_add(n as u64, Ordering::Relaxed);
     tokio::select! {
-        _ = node.batcher.submit(chunk) => {}
+        _ = node.batcher.submit(connection.id, chunk) => {}
         _ = stopped(stop) => {}
     }
     let left = chunk.len();
@@ -441,7 +508,7 @@ async fn submit(
 /// the blocking pool, a bounded number at a time, so that decoding never
 /// holds up the network threads.
 async fn decode(
-    node: &Node,
+    node: &DataPath,
     codec: i32,
     payload: Bytes,
     max_input: usize,
@@ -458,24 +525,36 @@ async fn decode(
         .unwrap_or_else(|e| Err(format!("decoding failed: {e}")))
 }
 
-/// Bytes are counted against the decoded-bytes budget in KiB.
-const BUDGET_UNIT: usize = 1024;
+type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
-/// The budget units `len` decoded bytes take (at most the whole budget, so
-/// that any input the limits accept can run).
-fn budget_units(len: usize, node: &Node) -> u32 {
-    let total = node
-        .config
-        .limits
-        .max_decoded_bytes
-        .div_ceil(BUDGET_UNIT)
-        .max(1);
-    len.div_ceil(BUDGET_UNIT).clamp(1, total) as u32
+/// Both budgets' units at once, if both have them now.
+fn try_budget(connection: &Connection, node: &DataPath, mine: u32, all: u32) -> Option<Permits> {
+    let own = Arc::clone(connection.budget.semaphore())
+        .try_acquire_many_owned(mine)
+        .ok()?;
+    let shared = Arc::clone(node.decoded.semaphore())
+        .try_acquire_many_owned(all)
+        .ok()?;
+    Some((own, shared))
 }
 
-/// The number of units of the whole budget, for the node's semaphore.
-pub(crate) fn budget_total(max_decoded_bytes: usize) -> usize {
-    max_decoded_bytes.div_ceil(BUDGET_UNIT).max(1)
+/// Both budgets' units, waiting for them: the connection's first, so that a
+/// connection over its share does not hold any of the node's meanwhile.
+async fn wait_budget(
+    connection: &Connection,
+    node: &DataPath,
+    mine: u32,
+    all: u32,
+) -> Option<Permits> {
+    let own = Arc::clone(connection.budget.semaphore())
+        .acquire_many_owned(mine)
+        .await
+        .ok()?;
+    let shared = Arc::clone(node.decoded.semaphore())
+        .acquire_many_owned(all)
+        .await
+        .ok()?;
+    Some((own, shared))
 }
 
 /// The stream's next message if it is already here, without waiting.
@@ -499,7 +578,7 @@ async fn write_answers(
     stream: u64,
     reply: Arc<Reply>,
     tx: mpsc::Sender<Result<FromNode, Status>>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) {
     send_answers(stream, &reply, tx, node).await;
     reply.writer_gone.store(true, Ordering::Release);
@@ -510,7 +589,7 @@ async fn send_answers(
     stream: u64,
     reply: &Reply,
     tx: mpsc::Sender<Result<FromNode, Status>>,
-    node: Arc<Node>,
+    node: Arc<DataPath>,
 ) {
     let heartbeat = node.config.heartbeat;
     let output = node.config.codecs.output.codec();
@@ -600,7 +679,7 @@ fn payload_bytes(m: &FromNode) -> usize {
 
 /// The batcher's worker: runs a batch through the backend and delivers each
 /// output to the stream its sample came from.
-pub(crate) fn batch_runner(
+fn batch_runner(
     backend: Arc<dyn Backend>,
     outstanding: Arc<AtomicU64>,
 ) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {

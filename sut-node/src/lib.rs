@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod batcher;
+mod budget;
 pub mod codec;
 pub mod config_file;
 pub mod describe;
@@ -16,9 +17,13 @@ mod infer;
 pub mod limits;
 mod listen;
 pub mod metrics;
+mod node;
+mod node_config;
 pub mod quic;
 pub mod server;
+mod stop;
 pub mod tls;
+mod whole_messages;
 
 /// The longest timeout an option may ask for: a year. Longer ones would
 /// overflow the clocks' arithmetic.

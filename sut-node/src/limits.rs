@@ -17,6 +17,9 @@ pub struct Limits {
     /// Input bytes (as decoded) of the samples received and not yet run,
     /// all streams together; past it the node stops reading samples.
     pub max_decoded_bytes: usize,
+    /// The share of `max_decoded_bytes` one connection may hold, so that no
+    /// client takes the whole node's.
+    pub max_decoded_bytes_per_connection: usize,
     /// Connections served at once, all clients together.
     pub max_connections: usize,
     /// Connections served at once from one IP address.
@@ -41,6 +44,7 @@ impl Default for Limits {
             max_message_bytes: crate::codec::DEFAULT_MAX_INPUT_BYTES + MESSAGE_OVERHEAD,
             max_waiting_answer_bytes: 16 << 20,
             max_decoded_bytes: 512 << 20,
+            max_decoded_bytes_per_connection: 128 << 20,
             max_connections: 256,
             max_connections_per_peer: 64,
             max_streams_per_connection: 8,

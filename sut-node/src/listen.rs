@@ -21,7 +21,7 @@ use tonic::transport::server::Connected;
 use tracing::{debug, warn};
 
 use crate::limits::Limits;
-use crate::server::stopped;
+use crate::stop::stopped;
 
 /// How long the loop waits after accepting failed.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);

@@ -248,6 +248,13 @@ struct LimitArgs {
           help_heading = "Limits")]
     max_decoded_bytes: usize,
 
+    /// The share of --max-decoded-bytes one connection may hold; past it the
+    /// node stops reading that connection's samples.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_decoded_bytes_per_connection,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 40),
+          help_heading = "Limits")]
+    max_decoded_bytes_per_connection: usize,
+
     /// Connections served at once, all clients together (gRPC and QUIC
     /// each); more are closed at once.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections,
@@ -274,7 +281,8 @@ struct LimitArgs {
     handshake_timeout: f64,
 
     /// Seconds after which a connection that carried nothing either way is
-    /// closed.
+    /// closed (for QUIC: the idle timeout the node offers; a connection
+    /// gets the shorter of both sides').
     #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().idle_timeout.as_secs_f64(),
           help_heading = "Limits")]
     idle_timeout: f64,
@@ -291,6 +299,7 @@ impl LimitArgs {
             max_message_bytes: max_input_bytes + MESSAGE_OVERHEAD,
             max_waiting_answer_bytes: self.max_waiting_answer_bytes,
             max_decoded_bytes: self.max_decoded_bytes,
+            max_decoded_bytes_per_connection: self.max_decoded_bytes_per_connection,
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,
             max_streams_per_connection: self.max_streams_per_connection,
@@ -454,7 +463,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
 
     // Installed before the ready line, so a signal right after it is caught.
     let shutdown = shutdown_signal()?;
-    let bound = bind(&name, &args.listen, &args.net).await?;
+    let bound = bind(&name, &args.listen, &args.net, &limits).await?;
     // The gRPC address when gRPC is on (scripts parse it), else QUIC's.
     let addr = bound
         .grpc_addr
@@ -581,7 +590,7 @@ struct Bound {
 /// gRPC port's number (with `--listen HOST:0`, the port is picked for gRPC
 /// first; if its UDP twin is taken, another one is picked). Creates the TLS
 /// identity when a transport needs it and prints its fingerprint.
-async fn bind(name: &str, listen: &str, net: &NetArgs) -> Result<Bound> {
+async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Result<Bound> {
     let (grpc_on, quic_on) = (!net.no_grpc, !net.no_quic);
     if !grpc_on && !quic_on {
         bail!("--no-grpc and --no-quic leave nothing to serve");
@@ -663,7 +672,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs) -> Result<Bound> {
             });
         };
         let target = quic_listen.or(grpc_addr).unwrap_or(listen_addr);
-        match sut_node::quic::endpoint(target, quic_tls) {
+        match sut_node::quic::endpoint(target, quic_tls, limits.idle_timeout) {
             Ok(endpoint) => {
                 let quic_addr = Some(endpoint.local_addr().context("QUIC socket")?);
                 return Ok(Bound {

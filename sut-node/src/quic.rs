@@ -31,7 +31,8 @@ use tracing::{debug, info, warn};
 
 use crate::infer;
 use crate::listen::{Slot, Slots, Throttled};
-use crate::server::{stopped, Node, ServeError, Service};
+use crate::node::{Node, ServeError, Service};
+use crate::stop::stopped;
 
 /// How long a stream may take to say what it is, and a control stream to
 /// send its request.
@@ -48,12 +49,24 @@ pub fn transport_config() -> quinn::TransportConfig {
 }
 
 /// A QUIC endpoint on `addr` (UDP) serving with `tls` (its ALPN must be
-/// `proto::quic::ALPN`).
-pub fn endpoint(addr: SocketAddr, tls: rustls::ServerConfig) -> std::io::Result<quinn::Endpoint> {
+/// `proto::quic::ALPN`). A connection silent for `idle_timeout` (no packet
+/// at all, keep-alives included) is closed; QUIC takes the shorter of this
+/// and the client's own.
+pub fn endpoint(
+    addr: SocketAddr,
+    tls: rustls::ServerConfig,
+    idle_timeout: Duration,
+) -> std::io::Result<quinn::Endpoint> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| std::io::Error::other(format!("TLS configuration for QUIC: {e}")))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config()));
+    let mut transport = transport_config();
+    // Out of QUIC's range (about 146,000 years) only if longer than the
+    // flag allows.
+    if let Ok(idle) = quinn::IdleTimeout::try_from(idle_timeout) {
+        transport.max_idle_timeout(Some(idle));
+    }
+    config.transport_config(Arc::new(transport));
     let socket = udp_socket(addr)?;
     quinn::Endpoint::new(
         endpoint_config(),
@@ -71,9 +84,9 @@ pub fn endpoint_config() -> quinn::EndpointConfig {
 /// Accepts connections until the node stops, then lets the open ones finish
 /// (each Infer stream ends by itself within the shutdown grace).
 pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<(), ServeError> {
-    let mut stop = node.stop.clone();
+    let mut stop = node.data.stop.clone();
     let mut connections = JoinSet::new();
-    let slots = Slots::new(node.config.limits);
+    let slots = Slots::new(node.config().limits);
     let mut refused = Throttled::default();
     loop {
         let incoming = tokio::select! {
@@ -104,7 +117,7 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<
 /// Serves one connection; `_slot` holds its place in the limits.
 async fn connection(incoming: quinn::Incoming, node: Arc<Node>, _slot: Slot) {
     let peer = incoming.remote_address();
-    let handshake = node.config.limits.handshake_timeout;
+    let handshake = node.config().limits.handshake_timeout;
     let conn = match tokio::time::timeout(handshake, incoming).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -118,7 +131,7 @@ async fn connection(incoming: quinn::Incoming, node: Arc<Node>, _slot: Slot) {
         }
     };
     debug!(%peer, "QUIC connection");
-    let mut stop = node.stop.clone();
+    let mut stop = node.data.stop.clone();
     let mut streams = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -319,10 +332,12 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     }
     let input = QuicSamples {
         recv,
-        decoder: FrameDecoder::new(node.config.limits.max_message_bytes.min(MAX_DATA_FRAME)),
+        decoder: FrameDecoder::new(node.config().limits.max_message_bytes.min(MAX_DATA_FRAME)),
         done: false,
     };
-    let mut answers = infer::open_with(stream, input, node).into_inner();
+    let connection = node.data.connections.of(Some(peer));
+    let mut answers =
+        infer::open_with(stream, input, connection, Arc::clone(&node.data)).into_inner();
     loop {
         let chunks = w.take_chunks();
         if !chunks.is_empty() {

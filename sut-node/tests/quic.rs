@@ -40,10 +40,22 @@ struct Node {
 
 impl Node {
     async fn start(name: &str) -> Node {
+        let idle = sut_node::limits::Limits::default().idle_timeout;
+        Node::start_with(name, idle, sut_node::quic::transport_config()).await
+    }
+
+    /// A node whose QUIC idle timeout is `idle`, and a client connected to
+    /// it with `client_transport`.
+    async fn start_with(
+        name: &str,
+        idle: Duration,
+        client_transport: quinn::TransportConfig,
+    ) -> Node {
         let tls = NodeTls::load(None, None, &[], &[]).unwrap();
         let endpoint = sut_node::quic::endpoint(
             "127.0.0.1:0".parse().unwrap(),
             tls.server_config(ALPN).unwrap(),
+            idle,
         )
         .unwrap();
         let addr = endpoint.local_addr().unwrap();
@@ -103,7 +115,7 @@ impl Node {
         )
         .unwrap();
         let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
-        cc.transport_config(Arc::new(sut_node::quic::transport_config()));
+        cc.transport_config(Arc::new(client_transport));
         client.set_default_client_config(cc);
         let conn = within("connect", client.connect(addr, "localhost").unwrap())
             .await
@@ -341,4 +353,19 @@ async fn malformed_streams_end_cleanly_and_the_node_keeps_serving() {
     let name: NameReply = node.control(stream_type::NAME, &NameRequest {}).await;
     assert_eq!(name.name, "sturdy");
     node.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_nodes_idle_timeout() {
+    // A client that never sends keep-alives and asks for no idle timeout
+    // of its own: the node's decides.
+    let mut silent = sut_node::quic::transport_config();
+    silent.keep_alive_interval(None);
+    silent.max_idle_timeout(None);
+    let node = Node::start_with("quic-idle", Duration::from_millis(300), silent).await;
+    let reason = within("the node to close the connection", node.conn.closed()).await;
+    assert!(
+        matches!(reason, quinn::ConnectionError::TimedOut),
+        "{reason}"
+    );
 }

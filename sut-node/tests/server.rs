@@ -833,3 +833,149 @@ async fn a_message_over_the_limit_is_refused_at_its_header() {
     assert!(end.message().contains("too large"), "{end}");
     node.stop().await;
 }
+
+/// Virtual memory of this process (the node runs in it), in MiB.
+fn vm_size_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap();
+    kib / 1024
+}
+
+#[tokio::test]
+async fn declared_message_lengths_reserve_nothing_until_their_bytes_come() {
+    const MAX: usize = 32 << 20;
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_message_bytes: MAX,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-declared")
+    };
+    let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
+    let before = vm_size_mib();
+    // 16 connections x 7 streams, each declaring an almost maximal message
+    // (3.5 GiB in all) and sending nothing after the header.
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    let mut declared = 0;
+    for _ in 0..16 {
+        let tcp = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+        let (client, connection) = within("h2 handshake", h2::client::handshake(tcp))
+            .await
+            .unwrap();
+        let mut pings = {
+            let mut connection = connection;
+            let pings = connection.ping_pong().unwrap();
+            tokio::spawn(connection);
+            pings
+        };
+        let mut client = within("h2 ready", client.ready()).await.unwrap();
+        for _ in 0..7 {
+            let request =
+                http::Request::post(format!("http://{}/mlperf_net.v1.SutNode/Infer", node.addr))
+                    .header("content-type", "application/grpc")
+                    .header("te", "trailers")
+                    .body(())
+                    .unwrap();
+            let (response, mut body) = client.send_request(request, false).unwrap();
+            let mut header = vec![0u8];
+            header.extend_from_slice(&((MAX - 1) as u32).to_be_bytes());
+            body.send_data(Bytes::from(header), false).unwrap();
+            declared += MAX - 1;
+            held.push(Box::new((response, body)));
+            client = within("h2 ready", client.ready()).await.unwrap();
+        }
+        // The node has read every frame sent before the pong.
+        within("pong", pings.ping(h2::Ping::opaque()))
+            .await
+            .unwrap();
+        held.push(Box::new(client));
+    }
+    assert!(declared >= 3 << 30);
+    let mut peak = 0;
+    for _ in 0..20 {
+        peak = peak.max(vm_size_mib());
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        peak < before + 1024,
+        "virtual memory grew from {before} to {peak} MiB for headers alone"
+    );
+    // The node still serves a real client.
+    let (tx, mut stream) = node.open_stream().await;
+    tx.send(sample(1, input(1), Codec::None)).await.unwrap();
+    assert_eq!(next(&mut stream).await.answers.len(), 1);
+    drop(held);
+    drop(tx);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn one_connection_holds_at_most_its_share_of_the_budget() {
+    const INPUT: usize = 16 << 10;
+    let (backend, mut gates) = Gated::new(false, true);
+    let config = NodeConfig {
+        limits: sut_node::limits::Limits {
+            max_decoded_bytes: 16 * INPUT,
+            max_decoded_bytes_per_connection: 3 * INPUT,
+            ..sut_node::limits::Limits::default()
+        },
+        ..config("node-share")
+    };
+    let mut node = Node::ready(config, backend).await;
+    // Two streams on the node's client's one connection.
+    let (tx1, mut stream1) = node.open_stream().await;
+    let (tx2, mut stream2) = node.open_stream().await;
+    tx1.send(sample(0, vec![0u8; INPUT], Codec::None))
+        .await
+        .unwrap();
+    assert_eq!(within("first batch", gates.batches.recv()).await, Some(1));
+    // The backend holds sample 0; of the next 20, only those that fit in
+    // the connection's share (with sample 0: three) are taken.
+    for id in 1..=20 {
+        let tx = if id % 2 == 0 { &tx1 } else { &tx2 };
+        tx.send(sample(id, vec![0u8; INPUT], Codec::None))
+            .await
+            .unwrap();
+    }
+    let mut outstanding = 0;
+    while outstanding < 3 {
+        outstanding = node.outstanding().await;
+    }
+    for _ in 0..20 {
+        let now = node.outstanding().await;
+        assert!(now <= 3, "{now} samples held with a share of three");
+    }
+    // Another connection has its own share of the node's budget.
+    let mut other = within(
+        "connect",
+        SutNodeClient::connect(format!("http://{}", node.addr)),
+    )
+    .await
+    .unwrap();
+    let (tx3, rx3) = mpsc::channel(16);
+    let mut stream3 = within("infer", other.infer(ReceiverStream::new(rx3)))
+        .await
+        .unwrap()
+        .into_inner();
+    tx3.send(sample(100, vec![0u8; INPUT], Codec::None))
+        .await
+        .unwrap();
+    while node.outstanding().await < 4 {}
+
+    gates.first_batch.send(()).unwrap();
+    drop((tx1, tx2, tx3));
+    let mut answered = HashSet::new();
+    for stream in [&mut stream1, &mut stream2, &mut stream3] {
+        while let Some(m) = within("answers", stream.message()).await.unwrap() {
+            answered.extend(m.answers.iter().map(|a| a.id));
+        }
+    }
+    assert_eq!(answered.len(), 22);
+    node.stop().await;
+}

@@ -13,7 +13,8 @@ use anyhow::{bail, Context, Result};
 use loadgen_engine::TestMode;
 
 use crate::compliance::{self, AuditTest, Dtype, Report};
-use crate::run::{run, RunArgs};
+use crate::engines::run;
+use crate::run::RunArgs;
 
 /// Exit status of an audit whose verification failed.
 pub const AUDIT_FAILED: u8 = 4;

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod benchmarks;
 pub mod breakdown;
 pub mod compliance;
+pub mod engines;
 pub mod metrics;
 pub mod npy;
 #[cfg(feature = "official-loadgen")]

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use loadgen_cli::audit::{audit, AuditArgs};
+use loadgen_cli::engines::run;
 use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::report::ReportArgs;
-use loadgen_cli::run::{run, RunArgs};
+use loadgen_cli::run::RunArgs;
 use loadgen_cli::submission::{submission, SubmissionArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -72,7 +73,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.version {
-        print!("{}", loadgen_cli::run::versions());
+        print!("{}", loadgen_cli::engines::versions());
         return ExitCode::SUCCESS;
     }
     let result = match &cli.command {

@@ -400,7 +400,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             println!("  {k}: {v}");
         }
         crate::breakdown::report(&sut.qdl().view(), &args.output_dir);
-        crate::report::after_run(args);
+        crate::report::after_run(args.report.as_deref(), &args.output_dir);
         sut.finish();
     }
     let mut verified = true;

@@ -27,11 +27,11 @@ pub struct ReportArgs {
 
 /// After a run with `--report FILE.html`: writes it, or says why not (the
 /// run's result stands either way).
-pub fn after_run(run: &crate::run::RunArgs) {
-    let Some(out) = &run.report else {
+pub fn after_run(report: Option<&Path>, output_dir: &Path) {
+    let Some(out) = report else {
         return;
     };
-    match write(&run.output_dir, out) {
+    match write(output_dir, out) {
         Ok(()) => println!("report: {}", out.display()),
         Err(e) => eprintln!("loadgen-node: warning: --report: {e:#}"),
     }

@@ -13,7 +13,6 @@ use crate::qsl::{DataQsl, DataSource};
 use crate::tls::TlsArgs;
 use crate::verify;
 use anyhow::{bail, Context, Result};
-use compression::policy::{self, Division};
 use loadgen_engine::config::{self, ConfKind, ConfigFile, SettingsSources};
 use loadgen_engine::live::LiveStats;
 use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
@@ -198,16 +197,8 @@ pub struct RunArgs {
     pub tls: TlsArgs,
 }
 
-/// Runs one test as the flags say and prints its result.
-pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    let division = match args.open_division {
-        true => Division::Open,
-        false => Division::Closed,
-    };
-    policy::check_input(&args.model, args.input_codec.kind, division).context("--input-codec")?;
-    if args.engine == Engine::Official {
-        return run_official(args);
-    }
+/// Runs one test with the native engine and prints its result.
+pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
     let settings = resolve_settings(args)?;
     let audit = audit_config(args.audit_config.as_deref())?;
     let log_settings = LogSettings {
@@ -240,7 +231,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
         };
         report(&outcome);
-        crate::report::after_run(args);
+        crate::report::after_run(args.report.as_deref(), &args.output_dir);
         return Ok(exit_code(outcome.run_error.is_some(), true));
     }
 
@@ -268,50 +259,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     };
     report(&outcome);
     crate::breakdown::report(&qdl.view(), &args.output_dir);
-    crate::report::after_run(args);
+    crate::report::after_run(args.report.as_deref(), &args.output_dir);
     let mut verified = true;
     if args.verify_synthetic {
         verified = verify_synthetic(&outcome.accuracy_path, qsl.source())?;
     }
     Ok(exit_code(outcome.run_error.is_some(), verified))
-}
-
-/// What `loadgen-node --version` prints.
-pub fn versions() -> String {
-    let official = official_version();
-    format!(
-        "loadgen-node {}\nnative engine: LoadGen 6.0.17 behaviour (trace-exact)\nofficial engine: {official}\n",
-        env!("CARGO_PKG_VERSION")
-    )
-}
-
-#[cfg(feature = "official-loadgen")]
-fn official_version() -> String {
-    format!(
-        "official LoadGen {} compiled in from {}",
-        crate::official::loadgen_version(),
-        crate::official::tree_report()
-    )
-}
-
-#[cfg(not(feature = "official-loadgen"))]
-fn official_version() -> String {
-    "not compiled in (build with the `official-loadgen` feature: deploy/official-loadgen.sh)".into()
-}
-
-#[cfg(feature = "official-loadgen")]
-fn run_official(args: &RunArgs) -> Result<ExitCode> {
-    crate::official::run(args)
-}
-
-#[cfg(not(feature = "official-loadgen"))]
-fn run_official(_: &RunArgs) -> Result<ExitCode> {
-    bail!(
-        "--engine official: this loadgen-node was built without the official LoadGen. \
-         Build it with `deploy/official-loadgen.sh` (fetches the official 6.0.17 sources, checks \
-         them and runs `MLPERF_LOADGEN_SRC=DIR cargo build --release -p loadgen-cli \
-         --features official-loadgen`); see docs/submission.md"
-    )
 }
 
 /// The QDL's settings from the flags (both engines).

@@ -444,7 +444,7 @@ async fn generate(
             continue;
         }
         sse.push(&data);
-        while let Some(event) = sse.next_event() {
+        while let Some(event) = sse.next_event().map_err(|e| e.to_string())? {
             if event == "[DONE]" {
                 done = true;
                 break;
@@ -546,23 +546,62 @@ impl Accumulator {
     }
 }
 
+/// The largest server-sent event accepted: a streamed completion's chunk
+/// carries a few tokens; a stream whose event outgrows this is refused
+/// rather than buffered without end.
+pub const MAX_SSE_EVENT_BYTES: usize = 1 << 20;
+
+/// A server-sent event over the parser's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("the server sent an event of more than {0} bytes")]
+pub struct EventTooLong(pub usize);
+
 /// Splits a server-sent event stream into the `data` of its events.
-#[derive(Default)]
 pub struct SseParser {
     buf: BytesMut,
+    /// Bytes of `buf` already searched for a line's end.
+    scanned: usize,
     data: String,
     has_data: bool,
+    max_event: usize,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::with_limit(MAX_SSE_EVENT_BYTES)
+    }
 }
 
 impl SseParser {
+    /// A parser refusing events (or lines) over `max_event` bytes.
+    pub fn with_limit(max_event: usize) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            scanned: 0,
+            data: String::new(),
+            has_data: false,
+            max_event,
+        }
+    }
+
     /// Appends bytes of the stream as they arrive.
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The next complete event's data, if one has arrived.
-    pub fn next_event(&mut self) -> Option<String> {
-        while let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
+    /// The next complete event's data, if one has arrived; an error once
+    /// the event being received is over the limit.
+    pub fn next_event(&mut self) -> Result<Option<String>, EventTooLong> {
+        loop {
+            let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') else {
+                self.scanned = self.buf.len();
+                if self.buf.len() + self.data.len() > self.max_event {
+                    return Err(EventTooLong(self.max_event));
+                }
+                return Ok(None);
+            };
+            let end = self.scanned + at;
+            self.scanned = 0;
             let mut line = self.buf.split_to(end + 1);
             line.truncate(end);
             if line.last() == Some(&b'\r') {
@@ -571,7 +610,7 @@ impl SseParser {
             if line.is_empty() {
                 if self.has_data {
                     self.has_data = false;
-                    return Some(std::mem::take(&mut self.data));
+                    return Ok(Some(std::mem::take(&mut self.data)));
                 }
                 continue;
             }
@@ -582,10 +621,12 @@ impl SseParser {
                 }
                 self.data.push_str(value.strip_prefix(' ').unwrap_or(value));
                 self.has_data = true;
+                if self.data.len() > self.max_event {
+                    return Err(EventTooLong(self.max_event));
+                }
             }
             // Other fields (event:, id:, retry:) and comments are not used.
         }
-        None
     }
 }
 

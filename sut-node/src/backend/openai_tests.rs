@@ -304,10 +304,35 @@ fn warm_up_names_an_unreachable_server_or_an_unknown_model() {
 fn sse_events_are_split_on_blank_lines_whatever_the_chunks() {
     let mut p = SseParser::default();
     p.push(b": comment\ndata: {\"a\"");
-    assert_eq!(p.next_event(), None);
+    assert_eq!(p.next_event(), Ok(None));
     p.push(b":1}\r\n\r\ndata: x\ndata: y\n\ndata: [DONE]\n\n");
-    assert_eq!(p.next_event().as_deref(), Some("{\"a\":1}"));
-    assert_eq!(p.next_event().as_deref(), Some("x\ny"));
-    assert_eq!(p.next_event().as_deref(), Some("[DONE]"));
-    assert_eq!(p.next_event(), None);
+    assert_eq!(p.next_event().unwrap().as_deref(), Some("{\"a\":1}"));
+    assert_eq!(p.next_event().unwrap().as_deref(), Some("x\ny"));
+    assert_eq!(p.next_event().unwrap().as_deref(), Some("[DONE]"));
+    assert_eq!(p.next_event(), Ok(None));
+}
+
+#[test]
+fn an_sse_event_over_the_limit_is_refused_not_buffered() {
+    // One endless line, in pieces.
+    let mut p = SseParser::with_limit(100);
+    p.push(b"data: ");
+    for _ in 0..9 {
+        p.push(&[b'x'; 10]);
+        assert_eq!(p.next_event(), Ok(None));
+    }
+    p.push(&[b'x'; 10]);
+    assert_eq!(p.next_event(), Err(EventTooLong(100)));
+    // Many short data lines that add up to one long event.
+    let mut p = SseParser::with_limit(100);
+    for _ in 0..30 {
+        p.push(b"data: 12345\n");
+    }
+    assert_eq!(p.next_event(), Err(EventTooLong(100)));
+    // Events under the limit pass, however many.
+    let mut p = SseParser::with_limit(100);
+    for _ in 0..1000 {
+        p.push(b"data: 12345\n\n");
+        assert_eq!(p.next_event().unwrap().as_deref(), Some("12345"));
+    }
 }

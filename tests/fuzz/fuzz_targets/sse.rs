@@ -1,5 +1,6 @@
 //! The server-sent event parser of the openai forwarder, fed in arbitrary
-//! chunks: it never panics, and no event holds more than was sent.
+//! chunks: it never panics, no event holds more than was sent, and none is
+//! over the parser's limit.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,12 +10,19 @@ fuzz_target!(|data: &[u8]| {
     let Some((&split, rest)) = data.split_first() else {
         return;
     };
-    let mut sse = SseParser::default();
+    let mut sse = SseParser::with_limit(256);
     let step = usize::from(split).max(1);
     for chunk in rest.chunks(step) {
         sse.push(chunk);
-        while let Some(event) = sse.next_event() {
-            assert!(event.len() <= rest.len() * 3, "{} bytes", event.len());
+        loop {
+            match sse.next_event() {
+                Ok(Some(event)) => {
+                    assert!(event.len() <= rest.len() * 3, "{} bytes", event.len());
+                    assert!(event.len() <= 256, "{} bytes", event.len());
+                }
+                Ok(None) => break,
+                Err(_) => return,
+            }
         }
     }
 });

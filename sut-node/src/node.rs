@@ -1,0 +1,322 @@
+//! The node's control plane, whatever the transport: names, sessions,
+//! health, descriptions, probes, and the opening of Infer streams (whose
+//! data path is `infer`). gRPC serves it as is; QUIC calls it per request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use proto::sut_node_server::SutNode;
+use proto::{
+    FromNode, HealthReply, HealthRequest, NameReply, NameRequest, SessionReply, SessionRequest,
+    ToNode,
+};
+use thiserror::Error;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{info, warn};
+
+use crate::backend::BackendError;
+use crate::codec;
+use crate::infer::{self, DataPath};
+use crate::node_config::NodeConfig;
+
+/// The scenarios a session may name (LoadGen's spelling).
+pub const SCENARIOS: [&str; 4] = ["SingleStream", "MultiStream", "Server", "Offline"];
+
+/// Why the node stopped serving.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("backend {backend} failed to load: {source}")]
+    WarmUp {
+        backend: String,
+        source: BackendError,
+    },
+    #[error("backend {0} panicked while loading")]
+    WarmUpPanic(String),
+    #[error("cannot start a thread: {0}")]
+    Thread(#[from] std::io::Error),
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("the gRPC server task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// A serving node: its data path, and what the control requests know.
+pub(crate) struct Node {
+    /// What the Infer streams share (settings included).
+    pub(crate) data: Arc<DataPath>,
+    pub(crate) backend_name: String,
+    /// Set once the backend has warmed up.
+    pub(crate) ready: AtomicBool,
+    /// Numbers the Infer streams in the logs.
+    pub(crate) streams: AtomicU64,
+    /// Connections (by peer address) whose last session was refused, with
+    /// the reason: their Infer streams are refused too.
+    refused: Mutex<HashMap<SocketAddr, String>>,
+}
+
+/// Most connections whose refused session is remembered; past it the oldest
+/// knowledge is dropped, so a client cannot grow the table without bound.
+const MAX_REFUSED_PEERS: usize = 4096;
+
+impl Node {
+    pub(crate) fn new(data: Arc<DataPath>, backend_name: String) -> Self {
+        Self {
+            data,
+            backend_name,
+            ready: AtomicBool::new(false),
+            streams: AtomicU64::new(0),
+            refused: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &NodeConfig {
+        &self.data.config
+    }
+
+    /// Why an Infer stream from `peer` cannot open now, if it cannot.
+    pub(crate) fn infer_refusal(&self, peer: Option<SocketAddr>) -> Option<Status> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Some(Status::unavailable(format!(
+                "sut-node {} is not ready: its backend is still loading",
+                self.config().name
+            )));
+        }
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let reason = refused.get(&peer?)?;
+        Some(Status::failed_precondition(format!(
+            "this connection's session was refused ({reason}); start an accepted session first"
+        )))
+    }
+
+    /// Remembers whether `peer`'s latest session was refused.
+    fn session_outcome(&self, peer: Option<SocketAddr>, refusal: &str) {
+        let Some(peer) = peer else { return };
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        if refusal.is_empty() {
+            refused.remove(&peer);
+            return;
+        }
+        if refused.len() >= MAX_REFUSED_PEERS {
+            refused.clear();
+        }
+        refused.insert(peer, refusal.to_string());
+    }
+}
+
+/// Why a session is refused, if it is.
+fn refusal(config: &NodeConfig, request: &SessionRequest) -> Option<String> {
+    if request.protocol_version != proto::PROTOCOL_VERSION {
+        return Some(format!(
+            "protocol version mismatch: the LoadGen node speaks version {}, this sut-node version {}",
+            request.protocol_version,
+            proto::PROTOCOL_VERSION
+        ));
+    }
+    if let Some(model) = &config.model {
+        if *model != request.model {
+            return Some(format!(
+                "model mismatch: the session is for model {:?}, this sut-node serves {:?}",
+                request.model, model
+            ));
+        }
+    }
+    if !SCENARIOS.contains(&request.scenario.as_str()) {
+        return Some(format!(
+            "unknown scenario {:?}: expected one of {}",
+            request.scenario,
+            SCENARIOS.join(", ")
+        ));
+    }
+    if !codec::can_decode(request.input_codec) {
+        return Some(format!(
+            "this sut-node cannot decode {} inputs; it decodes {}",
+            codec::codec_name(request.input_codec),
+            codec::input_codec_names()
+        ));
+    }
+    None
+}
+
+pub(crate) struct Service(pub(crate) Arc<Node>);
+
+#[tonic::async_trait]
+impl SutNode for Service {
+    async fn name(&self, _: Request<NameRequest>) -> Result<Response<NameReply>, Status> {
+        Ok(Response::new(NameReply {
+            name: self.0.config().name.clone(),
+        }))
+    }
+
+    async fn start_session(
+        &self,
+        request: Request<SessionRequest>,
+    ) -> Result<Response<SessionReply>, Status> {
+        let node = &self.0;
+        let remote = request.remote_addr();
+        let peer = peer(&request);
+        let request = request.into_inner();
+        let refusal = refusal(node.config(), &request).unwrap_or_default();
+        node.session_outcome(remote, &refusal);
+        let ready = node.ready.load(Ordering::Acquire);
+        crate::metrics::NODE.session(refusal.is_empty());
+        if refusal.is_empty() {
+            info!(
+                %peer,
+                model = %request.model,
+                scenario = %request.scenario,
+                input_codec = %codec::codec_name(request.input_codec),
+                output_codec = %node.config().codecs.output,
+                ready,
+                "session accepted"
+            );
+        } else {
+            warn!(%peer, "session refused: {refusal}");
+        }
+        Ok(Response::new(SessionReply {
+            protocol_version: proto::PROTOCOL_VERSION,
+            node_name: node.config().name.clone(),
+            ready,
+            refusal,
+            backend: node.backend_name.clone(),
+            max_batch_size: u32::try_from(node.config().batch.max_batch_size).unwrap_or(u32::MAX),
+            input_codecs: codec::INPUT_CODECS.iter().map(|c| *c as i32).collect(),
+            output_codec: node.config().codecs.output.kind.wire(),
+        }))
+    }
+
+    async fn health(&self, _: Request<HealthRequest>) -> Result<Response<HealthReply>, Status> {
+        Ok(Response::new(HealthReply {
+            ready: self.0.ready.load(Ordering::Acquire),
+            outstanding: self.0.data.outstanding.load(Ordering::Relaxed),
+        }))
+    }
+
+    async fn describe(
+        &self,
+        _: Request<proto::DescribeRequest>,
+    ) -> Result<Response<proto::DescribeReply>, Status> {
+        let node = &self.0;
+        Ok(Response::new(crate::describe::describe(
+            &node.config().name,
+            &node.backend_name,
+        )))
+    }
+
+    async fn probe(
+        &self,
+        request: Request<proto::ProbeRequest>,
+    ) -> Result<Response<proto::ProbeReply>, Status> {
+        crate::describe::probe(request.get_ref())
+            .map(Response::new)
+            .map_err(Status::invalid_argument)
+    }
+
+    type InferStream = ReceiverStream<Result<FromNode, Status>>;
+
+    async fn infer(
+        &self,
+        request: Request<Streaming<ToNode>>,
+    ) -> Result<Response<Self::InferStream>, Status> {
+        let node = &self.0;
+        if let Some(refusal) = node.infer_refusal(request.remote_addr()) {
+            return Err(refusal);
+        }
+        let stream = node.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        info!(stream, peer = %peer(&request), "infer stream opened");
+        let connection = node.data.connections.of(request.remote_addr());
+        let answers = infer::open(
+            stream,
+            request.into_inner(),
+            connection,
+            Arc::clone(&node.data),
+        );
+        Ok(Response::new(answers))
+    }
+}
+
+fn peer<T>(request: &Request<T>) -> String {
+    request
+        .remote_addr()
+        .map_or_else(|| "unknown".to_string(), |a: SocketAddr| a.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batcher::BatchPolicy;
+    use crate::limits::Limits;
+    use proto::Codec;
+    use std::time::Duration;
+
+    fn config(model: Option<&str>) -> NodeConfig {
+        NodeConfig {
+            name: "n".into(),
+            model: model.map(String::from),
+            batch: BatchPolicy {
+                max_batch_size: 1,
+                max_wait: Duration::ZERO,
+            },
+            heartbeat: None,
+            shutdown_grace: Duration::ZERO,
+            codecs: codec::NodeCodecs::default(),
+            limits: Limits::default(),
+        }
+    }
+
+    fn session(model: &str, scenario: &str, codec: i32) -> SessionRequest {
+        SessionRequest {
+            protocol_version: proto::PROTOCOL_VERSION,
+            model: model.into(),
+            scenario: scenario.into(),
+            input_codec: codec,
+        }
+    }
+
+    #[test]
+    fn sessions_are_checked_for_version_model_scenario_and_codec() {
+        let none = Codec::None as i32;
+        let node = config(Some("resnet50"));
+        for scenario in SCENARIOS {
+            assert_eq!(refusal(&node, &session("resnet50", scenario, none)), None);
+        }
+        assert_eq!(
+            refusal(&config(None), &session("bert", "Offline", none)),
+            None
+        );
+
+        let old = SessionRequest {
+            protocol_version: proto::PROTOCOL_VERSION + 1,
+            ..session("resnet50", "Offline", none)
+        };
+        let r = refusal(&node, &old).unwrap();
+        assert!(
+            r.contains(&format!("version {}", proto::PROTOCOL_VERSION + 1)),
+            "{r}"
+        );
+        assert!(
+            r.contains(&format!("version {}", proto::PROTOCOL_VERSION)),
+            "{r}"
+        );
+
+        let r = refusal(&node, &session("bert", "Offline", none)).unwrap();
+        assert!(r.contains("\"bert\"") && r.contains("\"resnet50\""), "{r}");
+
+        let r = refusal(&node, &session("resnet50", "offline", none)).unwrap();
+        assert!(r.contains("unknown scenario \"offline\""), "{r}");
+
+        for c in [Codec::Zstd, Codec::Lz4] {
+            assert_eq!(
+                refusal(&node, &session("resnet50", "Server", c as i32)),
+                None
+            );
+        }
+        let r = refusal(&node, &session("resnet50", "Server", 7)).unwrap();
+        assert!(
+            r.contains("cannot decode unknown codec 7 inputs") && r.contains("none, zstd, lz4"),
+            "{r}"
+        );
+    }
+}
