@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _};
@@ -27,7 +27,7 @@ pub struct SampleTrace {
     threshold: u64,
     tracer: BoxedTracer,
     /// The span the samples' spans are children of (the series').
-    parent: Mutex<Context>,
+    parent: TraceParent,
     /// Traced samples not answered yet, by response id.
     pending: Mutex<HashMap<u64, BoxedSpan>>,
     /// `pending`'s size, read without its lock by the receive tasks.
@@ -48,7 +48,7 @@ impl SampleTrace {
             // Saturates at u64::MAX; `all` covers ratio 1 exactly.
             threshold: (ratio * 18_446_744_073_709_551_616.0) as u64,
             tracer: opentelemetry::global::tracer("qdl"),
-            parent: Mutex::new(Context::new()),
+            parent: TraceParent::default(),
             pending: Mutex::new(HashMap::new()),
             count: AtomicUsize::new(0),
         }
@@ -60,15 +60,15 @@ impl SampleTrace {
         self.all || id.wrapping_mul(0x9e37_79b9_7f4a_7c15) < self.threshold
     }
 
-    /// Makes `parent` the parent of the spans of samples issued from now on.
-    pub fn set_parent(&self, parent: Context) {
-        *lock(&self.parent) = parent;
+    /// Where the parent of the spans of samples issued from now on is set.
+    pub fn parent(&self) -> TraceParent {
+        self.parent.clone()
     }
 
     /// Starts a traced sample's span; returns its `traceparent`.
     #[cold]
     pub(crate) fn begin(&self, id: u64, node: &str, bytes: usize) -> String {
-        let parent = lock(&self.parent).clone();
+        let parent = lock(&self.parent.0).clone();
         let span = self
             .tracer
             .span_builder("qdl.sample")
@@ -119,6 +119,16 @@ impl SampleTrace {
                 span.end();
             }
         }
+    }
+}
+
+/// The parent of the spans of samples issued from now on (the series' span).
+#[derive(Clone, Default)]
+pub struct TraceParent(Arc<Mutex<Context>>);
+
+impl TraceParent {
+    pub fn set(&self, parent: Context) {
+        *lock(&self.0) = parent;
     }
 }
 

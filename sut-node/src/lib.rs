@@ -16,6 +16,7 @@ mod infer;
 pub mod limits;
 mod listen;
 pub mod metrics;
+pub mod otlp;
 pub mod quic;
 pub mod server;
 pub mod tls;

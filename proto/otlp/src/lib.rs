@@ -348,6 +348,17 @@ impl Otlp {
     pub fn shutdown(&self, limit: Duration) -> Summary {
         // Unsent spans stay unsent: the process is about to end.
         let _ = self.provider.shutdown_with_timeout(limit);
+        self.summary()
+    }
+
+    /// Sends what is queued (waiting a few seconds at most) and says what
+    /// became of every span so far; spans may still be ended and exported.
+    pub fn flush(&self) -> Summary {
+        let _ = self.provider.force_flush();
+        self.summary()
+    }
+
+    fn summary(&self) -> Summary {
         let c = &self.counts;
         let (queued, exported, failed) = (
             c.queued.load(Ordering::Relaxed),
