@@ -65,7 +65,8 @@ impl RunTrace {
         }
         let otlp = exporter(endpoint)?;
         let [(_, model), (_, scenario), (_, sut)] = attrs;
-        let run = tracing::info_span!(target: otlp::TARGET, "loadgen-node.run", model, scenario, sut);
+        let run =
+            tracing::info_span!(target: otlp::TARGET, "loadgen-node.run", model, scenario, sut);
         Ok(Some(RunTrace {
             otlp,
             ratio,

@@ -457,15 +457,7 @@ mod tests {
         let upper = "00-ABABABABABABABABABABABABABABABAB-0102030405060708-01";
         let version = "01-abababababababababababababababab-0102030405060708-01";
         let sign = "00-+bababababababababababababababab-0102030405060708-01";
-        for bad in [
-            "",
-            zero_trace,
-            zero_span,
-            upper,
-            version,
-            sign,
-            &text[..54],
-        ] {
+        for bad in ["", zero_trace, zero_span, upper, version, sign, &text[..54]] {
             assert!(parse_traceparent(bad).is_none(), "{bad:?}");
         }
     }
@@ -498,6 +490,9 @@ mod tests {
             .err()
             .expect("refused")
             .to_string();
-        assert!(e.contains("--otlp 127.0.0.1:4317") && e.contains("http://"), "{e}");
+        assert!(
+            e.contains("--otlp 127.0.0.1:4317") && e.contains("http://"),
+            "{e}"
+        );
     }
 }
