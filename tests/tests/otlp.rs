@@ -43,10 +43,12 @@ fn a_traced_sample_is_one_tree_from_the_qdl_to_the_node() {
     let node = SutNode::start("traced", &["--otlp", &collector.endpoint]);
     let (o, _) = run(&node, &collector.endpoint, "1", "otlp-tree");
     let stderr = text(&o.stderr);
-    assert!(
-        stderr.contains("spans exported, 0 dropped (queue full), 0 failed"),
-        "{stderr}"
+    // Run, series, two sessions and every sample's span.
+    let exported = format!(
+        "{} spans exported, 0 dropped (queue full), 0 failed to export, 0 unsent at exit",
+        QUERIES + 4
     );
+    assert!(stderr.contains(&exported), "{stderr}");
 
     // The node's spans come once its answers are sent; its session's once
     // the stream has ended, after every sample's.
