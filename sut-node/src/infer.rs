@@ -894,6 +894,7 @@ mod tests {
                 reply: Arc::clone(&reply),
                 _budget: None,
                 received,
+                trace: None,
             }],
             false,
         );
