@@ -1,6 +1,8 @@
 //! Helpers shared by the end-to-end tests: the workspace's binaries started
 //! as real processes on 127.0.0.1, and readers of the logs they leave.
 
+pub mod collector;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -422,6 +422,7 @@ mod tests {
                 id,
                 payload: Bytes::from((0..len).map(|i| i as u8).collect::<Vec<_>>()),
                 codec,
+                ..Default::default()
             })),
         }
     }

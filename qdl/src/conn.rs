@@ -17,6 +17,7 @@ use proto::{Codec, FromNode};
 use tokio::time::MissedTickBehavior;
 
 use crate::breakdown::{AnswerTimes, ConnTimings};
+use crate::trace::SampleTrace;
 use crate::transport::Inbound;
 
 /// Decodes a node's answer (or first token) in the timed path, the one
@@ -303,6 +304,7 @@ pub(crate) struct Receiver {
     max_answer: usize,
     /// When each answer of the message in hand was sent (kept to reuse).
     sent_at: Vec<Instant>,
+    trace: Arc<OnceLock<SampleTrace>>,
 }
 
 impl Receiver {
@@ -312,6 +314,7 @@ impl Receiver {
         inbound: Inbound,
         sent_ids: std_mpsc::Receiver<(u64, Instant)>,
         max_answer: usize,
+        trace: Arc<OnceLock<SampleTrace>>,
     ) -> Self {
         Self {
             conn,
@@ -321,6 +324,7 @@ impl Receiver {
             in_flight: IdMap::default(),
             max_answer,
             sent_at: Vec::new(),
+            trace,
         }
     }
 
@@ -425,6 +429,9 @@ impl Receiver {
                     node_send_ns: a.node_send_ns,
                 });
             }
+        }
+        if let Some(trace) = self.trace.get() {
+            trace.answered(&msg.answers, &msg.errors);
         }
 
         if let Some(e) = msg.errors.first() {

@@ -62,12 +62,13 @@ mod foreign;
 mod policy;
 pub mod probe;
 mod report;
+pub mod trace;
 mod transport;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::mpsc as std_mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -219,6 +220,8 @@ pub struct Qdl {
     connect_timeout: Duration,
     run: Arc<RunState>,
     tasks: Vec<JoinHandle<()>>,
+    /// Spans of sampled samples, once `trace_samples` is called.
+    trace: Arc<OnceLock<trace::SampleTrace>>,
     runtime: IoRuntime,
 }
 
@@ -319,6 +322,7 @@ impl Qdl {
 
         let names = node_names(&config.nodes, per_node, &opened)?;
         let run = Arc::new(RunState::new());
+        let trace = Arc::new(OnceLock::new());
         let mut nodes = Vec::with_capacity(config.nodes.len());
         let mut conns = Vec::with_capacity(opened.len());
         let mut queues = Vec::with_capacity(opened.len());
@@ -350,6 +354,7 @@ impl Qdl {
                 o.inbound,
                 o.sent_ids,
                 config.max_answer_bytes,
+                trace.clone(),
             );
             tasks.push(runtime.spawn(receiver.run()));
             runtime.spawn(conn::watchdog(
@@ -374,8 +379,17 @@ impl Qdl {
             connect_timeout: config.connect_timeout,
             run,
             tasks,
+            trace,
             runtime: io,
         })
+    }
+
+    /// Traces about `ratio` (0 to 1) of the samples from now on (see
+    /// [`trace::SampleTrace`]), with the global tracer provider's tracer.
+    /// Returns the tracing, for setting the parent of the samples' spans;
+    /// the first call's ratio stays.
+    pub fn trace_samples(&self, ratio: f64) -> &trace::SampleTrace {
+        self.trace.get_or_init(|| trace::SampleTrace::new(ratio))
     }
 
     /// The nodes' names, as their sessions reported them, in node order.
@@ -517,11 +531,16 @@ impl SystemUnderTest for Qdl {
             let c = self.dispatcher.pick(|c| self.conns[c].outstanding());
             let conn = &self.conns[c];
             conn.count_sent(payload.len(), raw_len);
+            let traceparent = match self.trace.get() {
+                Some(t) if t.sampled(s.id) => t.begin(s.id, &conn.label, payload.len()),
+                _ => String::new(),
+            };
             let msg = ToNode {
                 kind: Some(to_node::Kind::Sample(SampleRequest {
                     id: s.id,
                     payload,
                     codec: codec as i32,
+                    traceparent,
                 })),
             };
             if self.queues[c].send((msg, sent)).is_err() {

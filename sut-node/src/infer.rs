@@ -139,6 +139,8 @@ pub(crate) struct Job {
     _budget: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
     /// When the reader had its message: the start of the node's time.
     received: std::time::Instant,
+    /// The trace it continues, when the LoadGen node traces it.
+    trace: Option<Box<crate::otlp::SampleTrace>>,
 }
 
 /// An answer's timings as the worker knows them (see `SampleAnswer`).
@@ -201,6 +203,8 @@ struct Outbox {
     /// Why the input ended, if not cleanly: the stream then ends with this
     /// error once the samples already received are answered.
     input_error: Option<String>,
+    /// Traced samples among the answers (see `otlp.rs`).
+    traced: Vec<crate::otlp::Traced>,
 }
 
 impl Reply {
@@ -429,6 +433,7 @@ async fn read_samples<S, E>(
                                 reply: Arc::clone(&reply),
                                 _budget: Some(budget),
                                 received,
+                                trace: crate::otlp::received(&sample.traceparent, received),
                             })
                         }
                         Err(message) => {
@@ -598,11 +603,14 @@ async fn send_answers(
     let mut last_sent = Instant::now();
     let mut cut_at: Option<Instant> = None;
     let mut answered = 0u64;
+    let mut traced = Vec::new();
     let _open = METRICS.stream_open();
+    let _session = crate::otlp::session(stream, &node.config.name);
     loop {
         let (done, pending, input_error) = {
             let mut outbox = reply.lock();
             outbox.take_into(&mut messages);
+            std::mem::swap(&mut traced, &mut outbox.traced);
             let done = outbox.input_done && outbox.pending == 0;
             let error = done.then(|| outbox.input_error.take()).flatten();
             (done, outbox.pending, error)
@@ -622,6 +630,9 @@ async fn send_answers(
             }
             reply.sent(bytes);
             last_sent = Instant::now();
+        }
+        if !traced.is_empty() {
+            crate::otlp::sent(&mut traced, stream, &node.config.name);
         }
         let stopping = *stop.borrow();
         if let Some(e) = input_error {
@@ -747,6 +758,10 @@ fn deliver(
             let output = outputs.next().unwrap_or_else(|| Err("no output".into()));
             if !answered[i] {
                 let timing = Timing::of(&jobs[i], started, ready);
+                if let Some(t) = &jobs[i].trace {
+                    let t = crate::otlp::batched(t, jobs[i].id, started, ready, jobs.len());
+                    outbox.traced.push(t);
+                }
                 added += outbox.push_output(jobs[i].id, output, timing);
                 outbox.pending = outbox.pending.saturating_sub(1);
             }
@@ -788,7 +803,12 @@ impl SampleSink for Sink<'_> {
         }
         {
             let mut outbox = job.reply.lock();
-            let timing = Timing::of(job, self.started, std::time::Instant::now());
+            let now = std::time::Instant::now();
+            let timing = Timing::of(job, self.started, now);
+            if let Some(t) = &job.trace {
+                let t = crate::otlp::batched(t, job.id, self.started, now, self.jobs.len());
+                outbox.traced.push(t);
+            }
             let added = outbox.push_output(job.id, output.clone(), timing);
             outbox.pending = outbox.pending.saturating_sub(1);
             drop(outbox);
@@ -908,6 +928,7 @@ mod tests {
             reply: Arc::clone(&reply),
             _budget: None,
             received: std::time::Instant::now(),
+            trace: None,
         };
         run(&mut vec![job(10), job(11)], false);
         let outbox = reply.lock();
@@ -952,6 +973,7 @@ mod tests {
                 reply: Arc::clone(&reply),
                 _budget: None,
                 received,
+                trace: None,
             }],
             false,
         );

@@ -19,6 +19,7 @@ mod listen;
 pub mod metrics;
 mod node;
 mod node_config;
+pub mod otlp;
 pub mod quic;
 pub mod server;
 mod stop;

@@ -95,6 +95,14 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
 
+    /// Export OpenTelemetry traces over OTLP/gRPC to this collector (e.g.
+    /// http://127.0.0.1:4317): a span per Infer stream, and the spans of
+    /// every sample the LoadGen node traces (loadgen-node --otlp). Export is
+    /// off the data path; spans that do not fit its queue are dropped and
+    /// counted.
+    #[arg(long, value_name = "ENDPOINT")]
+    otlp: Option<String>,
+
     /// Threads of the node's network runtime, 1 to 1024 [default: one per
     /// core]. The backend runs on a thread of its own besides these.
     #[arg(long, value_name = "N",
@@ -354,22 +362,55 @@ fn main() {
 }
 
 async fn run(cli: Cli) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+    use tracing_subscriber::prelude::*;
+    let exporter = match &cli.command {
+        Command::Serve(args) => match start_otlp(args) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("sut-node: error: {e:#}");
+                std::process::exit(2);
+            }
+        },
+        Command::Health(_) => None,
+    };
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
+    tracing_subscriber::registry()
+        .with(log)
+        .with(exporter.as_ref().map(|e| e.layer()))
         .init();
     let result = match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Health(args) => health(args).await,
     };
+    if let Some(e) = exporter {
+        eprintln!("sut-node: {}", e.shutdown(OTLP_FLUSH));
+    }
     if let Err(e) = result {
         // One readable line (with its causes), never a backtrace dump.
         eprintln!("sut-node: error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// How long, at exit, queued spans may take to reach the collector.
+const OTLP_FLUSH: Duration = Duration::from_secs(5);
+
+/// The OTLP exporter of `serve --otlp`.
+fn start_otlp(args: &ServeArgs) -> Result<Option<otlp::Otlp>> {
+    let Some(endpoint) = &args.otlp else {
+        return Ok(None);
+    };
+    let mut settings = otlp::Settings::new(endpoint, "sut-node");
+    let name = args.name.clone().unwrap_or_else(hostname);
+    settings
+        .attributes
+        .push(("service.instance.id".into(), name));
+    let exporter = otlp::Otlp::start(settings)?;
+    sut_node::otlp::enable();
+    Ok(Some(exporter))
 }
 
 /// The `serve` command, whose flags check the keys and values of a --config

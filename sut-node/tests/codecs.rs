@@ -73,6 +73,7 @@ fn sample(id: u64, payload: Vec<u8>, codec: i32) -> ToNode {
             id,
             payload: Bytes::from(payload),
             codec,
+            ..Default::default()
         })),
     }
 }

@@ -189,6 +189,7 @@ fn sample(id: u64) -> ToNode {
             id,
             payload: Bytes::from(vec![id as u8; 100 + id as usize]),
             codec: 0,
+            ..Default::default()
         })),
     }
 }

@@ -137,6 +137,7 @@ fn sample(id: u64, payload: Vec<u8>, codec: Codec) -> ToNode {
             id,
             payload: Bytes::from(payload),
             codec: codec as i32,
+            ..Default::default()
         })),
     }
 }
@@ -433,6 +434,7 @@ async fn every_sample_gets_its_synthetic_answer() {
             id: 1001,
             payload: Bytes::new(),
             codec: 77,
+            ..Default::default()
         })),
     });
     let response = within("infer", node.client.infer(tokio_stream::iter(requests)))

@@ -1,13 +1,15 @@
 //! What the observability features cost the timed path, side by side from
 //! runs made now: the highest VALID Server QPS through one sut-node, and
 //! the p99 latency added over the in-process null SUT at 50k QPS, with
-//! Prometheus metrics off, and on with both binaries scraped every second.
+//! Prometheus metrics off, on with both binaries scraped every second, and
+//! metrics on plus OpenTelemetry traces (`--otlp` on both binaries, the
+//! default sample ratio) exported to a local OTLP collector.
 //! (The latency breakdown is always on: its cost per answer is measured by
 //! `cargo test -p qdl --release --lib record_cost -- --ignored --nocapture`.)
 //!
 //! `cargo bench -p tests --bench observe` (builds the release binaries
-//! first). BENCH_QUICK=1 shortens every run. Target: metrics on loses at
-//! most 5% of peak QPS and adds at most 50 us of p99.
+//! first). BENCH_QUICK=1 shortens every run. Target: with all of it on, at
+//! most 5% of peak QPS lost and at most 50 us of p99 added.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tests::collector::Collector;
 use tests::{detail_value, scratch, text, SutNode};
 
 struct Bench {
@@ -33,7 +36,7 @@ impl Bench {
         }
     }
 
-    fn server(&self, sut: &str, qps: f64, secs: u64, metrics: Option<&str>, tag: &str) -> PathBuf {
+    fn server(&self, sut: &str, qps: f64, secs: u64, extra: &[&str], tag: &str) -> PathBuf {
         let out = scratch(&format!("bench-observe-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", "Server"])
@@ -45,9 +48,7 @@ impl Bench {
             .args(["--set", &format!("min_duration={}", secs * 1000)])
             .args(["--set", "min_query_count=100", "--output-dir"])
             .arg(&out);
-        if let Some(addr) = metrics {
-            cmd.args(["--metrics", addr]);
-        }
+        cmd.args(extra);
         let o = cmd.output().expect("loadgen-node runs");
         if !o.status.success() {
             panic!("loadgen-node failed on {tag}: {}", text(&o.stderr));
@@ -66,16 +67,16 @@ impl Bench {
     }
 
     /// The highest target QPS whose Server run is VALID: double, then bisect.
-    fn peak(&self, sut: &str, metrics: Option<&str>, tag: &str) -> f64 {
+    fn peak(&self, sut: &str, extra: &[&str], tag: &str) -> f64 {
         let secs = self.secs(4);
         let (mut lo, mut hi) = (0.0, 10_000.0);
-        while Self::valid(&self.server(sut, hi, secs, metrics, tag)) {
+        while Self::valid(&self.server(sut, hi, secs, extra, tag)) {
             lo = hi;
             hi *= 2.0;
         }
         while hi - lo > lo * 0.05 && hi - lo > 1000.0 {
             let mid = (lo + hi) / 2.0;
-            if Self::valid(&self.server(sut, mid, secs, metrics, tag)) {
+            if Self::valid(&self.server(sut, mid, secs, extra, tag)) {
                 lo = mid;
             } else {
                 hi = mid;
@@ -125,41 +126,82 @@ fn main() {
         &["--threads", "1", "--metrics", "127.0.0.1:0"],
     );
     let node_metrics = node.metrics.clone().expect("the node's metrics address");
+    // The same node with traces exported; the collector keeps a few spans
+    // and counts the rest.
+    let collector = Collector::keeping(10_000);
+    let traced = SutNode::start(
+        "bench-observe-otlp",
+        &[
+            "--threads",
+            "1",
+            "--metrics",
+            "127.0.0.1:0",
+            "--otlp",
+            &collector.endpoint,
+        ],
+    );
+    let traced_metrics = traced.metrics.clone().expect("the node's metrics address");
     let loadgen_metrics = {
         let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
         l.local_addr().expect("its address").to_string()
     };
+    let metrics_on = ["--metrics", loadgen_metrics.as_str()];
+    let otlp_on = [
+        "--metrics",
+        loadgen_metrics.as_str(),
+        "--otlp",
+        collector.endpoint.as_str(),
+    ];
     println!("observability overhead (one sut-node, --threads 1, loopback, 64-byte samples)");
 
     let secs = bench.secs(8);
     let qps = 50_000.0;
-    // (null p99, off p99, on p99) per round, interleaved.
+    // (null, off, metrics on, metrics and OTLP on) p99 per round, interleaved.
     let mut rounds = Vec::new();
     for _ in 0..REPS {
-        let null = bench.server("null", qps, secs, None, "null");
-        let off = bench.server(&node.addr, qps, secs, None, "off");
+        let null = bench.server("null", qps, secs, &[], "null");
+        let off = bench.server(&node.addr, qps, secs, &[], "off");
         let on = {
             let _scraping = Scraper::start(vec![node_metrics.clone(), loadgen_metrics.clone()]);
-            bench.server(&node.addr, qps, secs, Some(&loadgen_metrics), "on")
+            bench.server(&node.addr, qps, secs, &metrics_on, "on")
         };
-        rounds.push([Bench::p99(&null), Bench::p99(&off), Bench::p99(&on)]);
+        let otlp = {
+            let _scraping = Scraper::start(vec![traced_metrics.clone(), loadgen_metrics.clone()]);
+            bench.server(&traced.addr, qps, secs, &otlp_on, "otlp")
+        };
+        rounds.push([
+            Bench::p99(&null),
+            Bench::p99(&off),
+            Bench::p99(&on),
+            Bench::p99(&otlp),
+        ]);
     }
     let m = |k: usize| tests::median(rounds.iter().map(|r| r[k]));
-    let (null, off, on) = (m(0), m(1), m(2));
+    let (null, off, on, otlp) = (m(0), m(1), m(2), m(3));
     println!(
-        "  p99 added at {qps} QPS (median of {REPS}): metrics off {:>8.1} us | metrics on, scraped {:>8.1} us | difference {:>+7.1} us",
+        "  p99 added at {qps} QPS (median of {REPS}): metrics and OTLP off {:>8.1} us | metrics on, scraped {:>8.1} us | metrics and OTLP on {:>8.1} us | OTLP and metrics vs off {:>+7.1} us",
         (off - null) / 1e3,
         (on - null) / 1e3,
-        (on - off) / 1e3
+        (otlp - null) / 1e3,
+        (otlp - off) / 1e3
     );
 
-    let peak_off = bench.peak(&node.addr, None, "peak-off");
+    let peak_off = bench.peak(&node.addr, &[], "peak-off");
     let peak_on = {
         let _scraping = Scraper::start(vec![node_metrics.clone(), loadgen_metrics.clone()]);
-        bench.peak(&node.addr, Some(&loadgen_metrics), "peak-on")
+        bench.peak(&node.addr, &metrics_on, "peak-on")
+    };
+    let peak_otlp = {
+        let _scraping = Scraper::start(vec![traced_metrics.clone(), loadgen_metrics.clone()]);
+        bench.peak(&traced.addr, &otlp_on, "peak-otlp")
     };
     println!(
-        "  highest VALID Server QPS: metrics off {peak_off:>9.0} | metrics on, scraped {peak_on:>9.0} ({:.3}x)",
-        peak_on / peak_off
+        "  highest VALID Server QPS: metrics and OTLP off {peak_off:>9.0} | metrics on, scraped {peak_on:>9.0} ({:.3}x) | metrics and OTLP on {peak_otlp:>9.0} ({:.3}x)",
+        peak_on / peak_off,
+        peak_otlp / peak_off
+    );
+    println!(
+        "  spans received by the collector: {} (ratio 0.001 by default)",
+        collector.seen()
     );
 }

@@ -27,6 +27,7 @@ fn sample(id: u64, payload: Vec<u8>, codec: Codec) -> ToNode {
             id,
             payload: Bytes::from(payload),
             codec: codec as i32,
+            ..Default::default()
         })),
     }
 }

@@ -404,3 +404,46 @@ fn first_tokens_and_token_counts_reach_the_official_loadgen() {
         .unwrap_or(0.0);
     assert!(tps > 0.0, "{s}");
 }
+
+#[test]
+fn the_official_engines_traced_samples_reach_the_nodes_under_the_run() {
+    let collector = tests::collector::Collector::start();
+    let node = SutNode::start("official-traced", &["--otlp", &collector.endpoint]);
+    let sut = sut_list(std::slice::from_ref(&node));
+    let out = scratch("official-otlp");
+    let sets = ["min_duration=0", "min_query_count=20", "max_query_count=20"];
+    let o = run(
+        "official",
+        &sut,
+        "SingleStream",
+        "PerformanceOnly",
+        &sets,
+        &out,
+        &["--otlp", &collector.endpoint, "--otlp-sample-ratio", "1"],
+    );
+    let err = text(&o.stderr);
+    assert!(err.contains("spans exported, 0 dropped"), "{err}");
+    let spans = collector.wait_for(Duration::from_secs(20), |s| {
+        s.iter()
+            .filter(|s| s.service == "sut-node" && s.name == "sut-node.sample")
+            .count()
+            >= 20
+            && s.iter().any(|s| s.name == "loadgen-node.run")
+    });
+    let run = spans
+        .iter()
+        .find(|s| s.name == "loadgen-node.run")
+        .expect("the run's span");
+    let qdl: Vec<_> = spans.iter().filter(|s| s.name == "qdl.sample").collect();
+    assert_eq!(qdl.len(), 20);
+    for q in &qdl {
+        assert_eq!(q.parent_span_id, run.span_id, "no series: under the run");
+    }
+    for n in spans.iter().filter(|s| s.name == "sut-node.sample") {
+        let q = qdl
+            .iter()
+            .find(|q| q.span_id == n.parent_span_id)
+            .unwrap_or_else(|| panic!("the node's span has no QDL parent: {n:?}"));
+        assert_eq!(q.trace_id, n.trace_id);
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use compression::policy::{self, Division};
 
 use crate::run::{run_native, Engine, RunArgs};
@@ -53,7 +53,7 @@ fn run_official(args: &RunArgs) -> Result<ExitCode> {
 
 #[cfg(not(feature = "official-loadgen"))]
 fn run_official(_: &RunArgs) -> Result<ExitCode> {
-    bail!(
+    anyhow::bail!(
         "--engine official: this loadgen-node was built without the official LoadGen. \
          Build it with `deploy/official-loadgen.sh` (fetches the official 6.0.17 sources, checks \
          them and runs `MLPERF_LOADGEN_SRC=DIR cargo build --release -p loadgen-cli \

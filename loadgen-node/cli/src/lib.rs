@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod npy;
 #[cfg(feature = "official-loadgen")]
 mod official;
+mod otlp;
 pub mod preflight;
 pub mod progress;
 pub mod qsl;

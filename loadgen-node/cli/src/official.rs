@@ -294,6 +294,15 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         eprintln!("loadgen-node: the official LoadGen will apply ./audit.config from the working directory");
     }
     let user_conf = user_conf(args)?;
+    let mut trace = crate::otlp::RunTrace::start(
+        args.otlp.as_deref(),
+        args.otlp_sample_ratio,
+        [
+            ("model", &args.model),
+            ("scenario", args.scenario.as_str()),
+            ("sut", &args.sut),
+        ],
+    )?;
 
     let (harness, data) = if args.sut == "null" {
         let total = args.total_sample_count.unwrap_or(1024);
@@ -317,6 +326,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             config.nodes.len()
         );
         let qdl = run::connect(args, config, qsl.clone())?;
+        if let Some(t) = &mut trace {
+            t.follow(None, Some(&qdl));
+        }
         let official = OfficialLoadGen {
             output_dir: args.output_dir.clone(),
         };
@@ -401,7 +413,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         }
         crate::breakdown::report(&sut.qdl().view(), &args.output_dir);
         crate::report::after_run(args.report.as_deref(), &args.output_dir);
+        if let Some(t) = trace.take() {
+            t.finish(Some(&sut.qdl().view()));
+        }
         sut.finish();
+    }
+    if let Some(t) = trace {
+        t.finish(None);
     }
     let mut verified = true;
     if let (true, Some(data)) = (args.verify_synthetic, &data) {

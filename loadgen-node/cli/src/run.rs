@@ -187,6 +187,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
 
+    /// Export OpenTelemetry traces over OTLP/gRPC to this collector (e.g.
+    /// http://127.0.0.1:4317): spans of the run, each series, each
+    /// connection's session, and of a sampled subset of samples, continued
+    /// by the sut-nodes (those started with --otlp). Export is off the timed
+    /// path; spans that do not fit its queue are dropped and counted.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub otlp: Option<String>,
+
+    /// With --otlp: the share of samples traced, from 0 (none) to 1 (all).
+    #[arg(long, value_name = "RATIO", default_value_t = 0.001)]
+    pub otlp_sample_ratio: f64,
+
     /// After the run, write a self-contained HTML report of it (latency
     /// distribution and timeline, breakdown per node, settings, validity);
     /// `loadgen-node report DIR` makes the same from an output directory.
@@ -207,6 +219,15 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
         ..LogSettings::default()
     };
     let live = Arc::new(LiveStats::default());
+    let mut trace = crate::otlp::RunTrace::start(
+        args.otlp.as_deref(),
+        args.otlp_sample_ratio,
+        [
+            ("model", &args.model),
+            ("scenario", args.scenario.as_str()),
+            ("sut", &args.sut),
+        ],
+    )?;
     let progress_interval = Duration::try_from_secs_f64(args.progress_interval)
         .context("--progress-interval must be a number of seconds, 0 or more")?;
 
@@ -226,12 +247,18 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
         if let Some(addr) = &args.metrics {
             crate::metrics::serve(addr, Some(live.clone()), None)?;
         }
+        if let Some(t) = &mut trace {
+            t.follow(Some(&live), None);
+        }
         let outcome = {
             let _progress = Progress::start(live.clone(), progress_interval);
             start_test_with_live(&sut, &qsl, &settings, &log_settings, audit.as_ref(), live)?
         };
         report(&outcome);
         crate::report::after_run(args.report.as_deref(), &args.output_dir);
+        if let Some(t) = trace {
+            t.finish(None);
+        }
         return Ok(exit_code(outcome.run_error.is_some(), true));
     }
 
@@ -245,6 +272,9 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
     let qdl = connect(args, config, qsl.clone())?;
     if let Some(addr) = &args.metrics {
         crate::metrics::serve(addr, Some(live.clone()), Some(qdl.view()))?;
+    }
+    if let Some(t) = &mut trace {
+        t.follow(Some(&live), Some(&qdl));
     }
     let outcome = {
         let _progress = Progress::start(live.clone(), progress_interval);
@@ -260,6 +290,9 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
     report(&outcome);
     crate::breakdown::report(&qdl.view(), &args.output_dir);
     crate::report::after_run(args.report.as_deref(), &args.output_dir);
+    if let Some(t) = trace {
+        t.finish(Some(&qdl.view()));
+    }
     let mut verified = true;
     if args.verify_synthetic {
         verified = verify_synthetic(&outcome.accuracy_path, qsl.source())?;

@@ -3,6 +3,7 @@
 //! thread (off the timed path); read by anyone.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// How often the completion thread refreshes the running percentile.
 pub(crate) const PERCENTILE_EVERY_NS: i64 = 250_000_000;
@@ -20,6 +21,23 @@ pub struct LiveStats {
     percentile_latency_ns: AtomicI64,
     target_percentile_permille: AtomicU64,
     target_latency_ns: AtomicI64,
+    series_observer: SeriesObserver,
+}
+
+/// Told, on the issuing thread, that a series is about to start (before
+/// its start time is taken): true for a performance series, false for an
+/// accuracy one. For tracing; see [`LiveStats::on_series_start`].
+#[derive(Default)]
+struct SeriesObserver(OnceLock<Box<dyn Fn(bool) + Send + Sync>>);
+
+impl std::fmt::Debug for SeriesObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "SeriesObserver(set)"
+        } else {
+            "SeriesObserver(none)"
+        })
+    }
 }
 
 /// A consistent-enough copy of the live figures.
@@ -59,6 +77,19 @@ impl LiveStats {
             target_percentile: self.target_percentile_permille.load(Ordering::Relaxed) as f64
                 / 1000.0,
             target_latency_ns: self.target_latency_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Calls `f` on the issuing thread as each series is about to start,
+    /// outside the timed loop (true: a performance series). One observer;
+    /// false if one was set already.
+    pub fn on_series_start(&self, f: impl Fn(bool) + Send + Sync + 'static) -> bool {
+        self.series_observer.0.set(Box::new(f)).is_ok()
+    }
+
+    pub(crate) fn series_starting(&self, performance: bool) {
+        if let Some(f) = self.series_observer.0.get() {
+            f(performance);
         }
     }
 

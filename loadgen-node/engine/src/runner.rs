@@ -743,6 +743,7 @@ impl<'a> Test<'a> {
         let mut stopped = false;
         let mut last = (0i64, 0i64, None::<u64>); // scheduled, issued, query seq
         let series_first_completion = self.issued_total;
+        self.live.series_starting(!accuracy);
         let clock = self.clock.clone();
         let start = clock.now_ns();
         let start_wall = SystemTime::now();
