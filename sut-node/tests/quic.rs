@@ -365,8 +365,13 @@ async fn a_silent_connection_is_closed_after_the_nodes_idle_timeout() {
     silent.max_idle_timeout(None);
     let node = Node::start_with("quic-idle", Duration::from_millis(300), silent).await;
     let reason = within("the node to close the connection", node.conn.closed()).await;
+    // Timed out on both sides at once, or, when a late packet of the client
+    // reaches a node that has already forgotten the connection, reset.
     assert!(
-        matches!(reason, quinn::ConnectionError::TimedOut),
+        matches!(
+            reason,
+            quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset
+        ),
         "{reason}"
     );
 }
