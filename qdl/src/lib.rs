@@ -67,7 +67,7 @@ mod transport;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::mpsc as std_mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -218,6 +218,8 @@ pub struct Qdl {
     input_codec: Codec,
     connect_timeout: Duration,
     run: Arc<RunState>,
+    /// When the first sample was issued: the start of the payload rates.
+    first_issue: OnceLock<Instant>,
     tasks: Vec<JoinHandle<()>>,
     runtime: IoRuntime,
 }
@@ -373,6 +375,7 @@ impl Qdl {
             input_codec: config.input_codec,
             connect_timeout: config.connect_timeout,
             run,
+            first_issue: OnceLock::new(),
             tasks,
             runtime: io,
         })
@@ -488,6 +491,7 @@ impl SystemUnderTest for Qdl {
         }
         // One clock read per call: its samples are all sent now.
         let sent = Instant::now();
+        self.first_issue.get_or_init(|| sent);
         for s in samples {
             let Some(StoredSample {
                 payload,
