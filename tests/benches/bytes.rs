@@ -152,8 +152,8 @@ fn main() {
     println!("  ratio: to raw TCP (and QUIC's also to plain quinn) measured in this run");
     println!();
     println!(
-        "  {:<16} {:>9} | {:>8} | {:>8} | {}",
-        "case", "bytes", "raw TCP", "quinn", "through the QDL"
+        "  {:<16} {:>9} | {:>8} | {:>8} | through the QDL",
+        "case", "bytes", "raw TCP", "quinn"
     );
     for (case, ways) in &cases {
         if !picked.is_empty() && !picked.iter().any(|p| p == case.name) {
