@@ -249,8 +249,10 @@ impl Bench {
             .args(["--performance-sample-count", pool])
             .args(["--input-codec", case.codec])
             .args(&way.flags)
-            // Offline issues target_qps x min_duration x 1.1 samples.
-            .args(["--set", "min_duration=1000", "--set"])
+            // Offline issues target_qps x min_duration x 1.1 samples (the
+            // rules' 24,576 at least, unless min_query_count says less).
+            .args(["--set", "min_duration=1000", "--set", "min_query_count=1"])
+            .arg("--set")
             .arg(format!("target_qps={:.0}", samples / 1.1))
             .args(["--no-trace", "--output-dir"])
             .arg(&out);
