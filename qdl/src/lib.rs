@@ -219,6 +219,8 @@ pub struct Qdl {
     input_codec: Codec,
     connect_timeout: Duration,
     run: Arc<RunState>,
+    /// When the first sample was issued: the start of the payload rates.
+    first_issue: OnceLock<Instant>,
     tasks: Vec<JoinHandle<()>>,
     /// Spans of sampled samples, once `trace_samples` is called.
     trace: Arc<OnceLock<trace::SampleTrace>>,
@@ -378,6 +380,7 @@ impl Qdl {
             input_codec: config.input_codec,
             connect_timeout: config.connect_timeout,
             run,
+            first_issue: OnceLock::new(),
             tasks,
             trace,
             runtime: io,
@@ -502,6 +505,7 @@ impl SystemUnderTest for Qdl {
         }
         // One clock read per call: its samples are all sent now.
         let sent = Instant::now();
+        self.first_issue.get_or_init(|| sent);
         for s in samples {
             let Some(StoredSample {
                 payload,

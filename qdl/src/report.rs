@@ -13,6 +13,8 @@
 //! | `network_bytes_received` | answer and first-token payload bytes received, as received |
 //! | `network_input_compression_ratio` | uncompressed / sent bytes of the samples sent (`n/a` before any) |
 //! | `network_output_compression_ratio` | decoded / received bytes of the answers (`n/a` before any) |
+//! | `network_payload_rate_sent` | `network_bytes_sent` over the time from the first sample issued to the report (the run's end), in Gbit/s |
+//! | `network_payload_rate_received` | `network_bytes_received` over the same time, in Gbit/s |
 //!
 //! Everything comes from the per-connection counters, read once here: the
 //! hot path only adds to relaxed atomics.
@@ -40,6 +42,10 @@ pub(crate) fn facts(qdl: &Qdl) -> Vec<(String, String)> {
         .map(|n| format!("{} at {}", n.name, n.addr))
         .collect::<Vec<_>>()
         .join(", ");
+    let secs = qdl
+        .first_issue
+        .get()
+        .map_or(0.0, |t| t.elapsed().as_secs_f64());
     vec![
         fact("network_transport", per_node(&names, &transports)),
         fact("network_nodes", format!("{} ({nodes})", qdl.nodes.len())),
@@ -61,6 +67,11 @@ pub(crate) fn facts(qdl: &Qdl) -> Vec<(String, String)> {
         fact(
             "network_output_compression_ratio",
             ratio(total.uncompressed_bytes_received, total.bytes_received),
+        ),
+        fact("network_payload_rate_sent", gbits(total.bytes_sent, secs)),
+        fact(
+            "network_payload_rate_received",
+            gbits(total.bytes_received, secs),
         ),
     ]
 }
@@ -93,6 +104,16 @@ fn ratio(uncompressed: u64, wire: u64) -> String {
     }
 }
 
+/// `bytes` over `secs` as Gbit/s with three decimals; `n/a` before any
+/// time has passed.
+fn gbits(bytes: u64, secs: f64) -> String {
+    if secs > 0.0 {
+        format!("{:.3} Gbit/s", bytes as f64 * 8.0 / secs / 1e9)
+    } else {
+        "n/a".to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +132,12 @@ mod tests {
         assert_eq!(ratio(300, 100), "3.000");
         assert_eq!(ratio(100, 108), "0.926");
         assert_eq!(ratio(0, 0), "n/a");
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(gbits(1_250_000_000, 2.0), "5.000 Gbit/s");
+        assert_eq!(gbits(0, 1.0), "0.000 Gbit/s");
+        assert_eq!(gbits(100, 0.0), "n/a");
     }
 }

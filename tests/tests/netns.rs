@@ -888,3 +888,136 @@ fn netns_node_restarted_between_runs() {
         }
     });
 }
+
+// ---------------------------------------------------------------------------
+// A shaped link as the bottleneck.
+
+/// ResNet50's input (3 x 224 x 224 float32).
+const RESNET50_INPUT: usize = 602_112;
+
+/// One Offline ResNet50 run of about `secs` seconds at `gbits`, from the
+/// LoadGen namespace to node 1 over `scheme`; returns the payload Gbit/s
+/// (samples/s x sample size) and the summary's `network_payload_rate_sent`.
+fn resnet50_offline(lab: &Lab, scheme: &str, gbits: f64, secs: f64, tag: &str) -> (f64, f64) {
+    let out = lab.dir.join(format!("shaped-{tag}"));
+    let qps = gbits * 1e9 / 8.0 / RESNET50_INPUT as f64;
+    let mut a: Vec<String> = [
+        "--sut",
+        &lab.sut(scheme),
+        "--scenario",
+        "Offline",
+        "--mode",
+        "PerformanceOnly",
+        "--model",
+        "resnet50",
+        "--sample-bytes",
+        &RESNET50_INPUT.to_string(),
+        "--total-sample-count",
+        "128",
+        "--performance-sample-count",
+        "128",
+        "--no-trace",
+        "--set",
+        &format!("target_qps={qps:.0}"),
+        "--set",
+        &format!("min_duration={:.0}", secs * 1000.0),
+        // Not the rules' 24,576 samples at least: the duration decides.
+        "--set",
+        "min_query_count=1",
+        "--output-dir",
+        &out.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if scheme == "quic" {
+        a.push("--tls-insecure".into());
+    }
+    let o = lab.loadgen(&a);
+    assert!(o.status.success(), "{tag}: {}", text(&o.stderr));
+    let sps = detail_value(&out, "result_samples_per_second")
+        .and_then(|v| v.as_f64())
+        .expect("samples per second");
+    let summary = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).expect("summary");
+    let reported = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("network_payload_rate_sent : "))
+        .and_then(|v| v.strip_suffix(" Gbit/s"))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{tag}: no payload rate in the summary:\n{summary}"));
+    (sps * RESNET50_INPUT as f64 * 8.0 / 1e9, reported)
+}
+
+/// Shapes the switch's port to node 1 (the samples' direction) to `rate`
+/// with a token bucket; replaces any shaping before.
+fn shape(lab: &Lab, rate: &str, burst: &str) {
+    let sw = lab.ns("sw");
+    let _ = run_tool("tc", &["-n", &sw, "qdisc", "del", "dev", "p1", "root"]);
+    must(
+        "tc",
+        &[
+            "-n", &sw, "qdisc", "add", "dev", "p1", "root", "tbf", "rate", rate, "burst", burst,
+            "latency", "50ms",
+        ],
+    );
+}
+
+/// An Offline ResNet50 run through a link shaped to 1 and 5 Gbit/s fills at
+/// least 90% of it with gRPC and with QUIC, and the summary's network
+/// section reports the rate achieved. A shaped rate above what this host
+/// reaches unshaped (measured first, in the same lab) is no bottleneck: it
+/// is reported and not checked.
+#[test]
+fn netns_shaped_link_is_filled() {
+    run_or_skip("netns_shaped_link_is_filled", || {
+        if !Command::new("tc")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            say("netns tests: skipped (no tc): netns_shaped_link_is_filled");
+            return;
+        }
+        let mut lab = Lab::new("shaped", 1);
+        lab.start_node(1, "shaped", &[]);
+        for scheme in ["grpc", "quic"] {
+            let (free, _) = resnet50_offline(&lab, scheme, 10.0, 2.0, &format!("{scheme}-free"));
+            say(&format!("shaped link: {scheme} unshaped {free:.2} Gbit/s"));
+            for (gbits, rate, burst) in [(1.0, "1gbit", "1mb"), (5.0, "5gbit", "4mb")] {
+                if free < gbits / 0.9 {
+                    say(&format!(
+                        "shaped link: {scheme} at {rate}: not checked, this host reaches \
+                         {free:.2} Gbit/s unshaped"
+                    ));
+                    continue;
+                }
+                shape(&lab, rate, burst);
+                let tag = format!("{scheme}-{rate}");
+                let (got, reported) = resnet50_offline(&lab, scheme, gbits, 4.0, &tag);
+                let _ = run_tool(
+                    "tc",
+                    &["-n", &lab.ns("sw"), "qdisc", "del", "dev", "p1", "root"],
+                );
+                say(&format!(
+                    "shaped link: {scheme} at {rate}: {got:.3} Gbit/s of payload ({:.0}%), \
+                     summary says {reported:.3} Gbit/s",
+                    got / gbits * 100.0
+                ));
+                assert!(
+                    got >= 0.9 * gbits,
+                    "{scheme} filled {got:.3} of {gbits} Gbit/s"
+                );
+                assert!(
+                    got <= 1.02 * gbits,
+                    "{scheme}: {got:.3} Gbit/s past the shaper"
+                );
+                // The summary's rate runs from the first sample issued to
+                // the report (just after the run): close to the run's own.
+                assert!(
+                    (reported - got).abs() <= 0.1 * got,
+                    "{scheme}: summary {reported:.3} Gbit/s, run {got:.3} Gbit/s"
+                );
+            }
+        }
+    });
+}
