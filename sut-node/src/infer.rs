@@ -198,6 +198,9 @@ struct Outbox {
     bytes: usize,
     /// Samples handed to the batcher and not answered yet.
     pending: usize,
+    /// Bytes of the latest answer: what each pending sample is expected to
+    /// add (0 until the first answer).
+    last_answer: usize,
     /// The reader has stopped: no more samples will come.
     input_done: bool,
     /// Why the input ended, if not cleanly: the stream then ends with this
@@ -223,18 +226,36 @@ impl Reply {
         self.drained.notify_one();
     }
 
-    /// Waits while more than `limit` answer bytes wait for the stream's
-    /// reader. False once the writer has ended.
-    async fn room(&self, limit: usize) -> bool {
+    /// Waits until the answers waiting for the stream's reader, with those
+    /// the samples already taken will add (at the size of the latest
+    /// answer), fit in `limit` bytes; then says how many more samples may
+    /// be taken now (at least one). Before the first answer its size is
+    /// unknown: `unknown` samples may be in flight. `None` once the writer
+    /// has ended.
+    async fn room(&self, limit: usize, unknown: usize) -> Option<usize> {
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
             if self.writer_gone.load(Ordering::Acquire) {
-                return false;
+                return None;
             }
-            if self.waiting.load(Ordering::Relaxed) <= limit {
-                return true;
+            let waiting = self.waiting.load(Ordering::Relaxed);
+            let (pending, each) = {
+                let outbox = self.lock();
+                (outbox.pending, outbox.last_answer)
+            };
+            let more = match each {
+                0 => unknown.saturating_sub(pending),
+                each => {
+                    let expected = waiting.saturating_add(pending.saturating_mul(each));
+                    limit.saturating_sub(expected) / each
+                }
+            };
+            // One sample at a time always goes, so that an answer larger
+            // than the limit still runs, alone.
+            if waiting <= limit && (more > 0 || pending == 0) {
+                return Some(more.max(1));
             }
             drained.await;
         }
@@ -255,6 +276,7 @@ impl Outbox {
             Ok(answer) => {
                 let added = answer.payload.len() + ITEM_OVERHEAD;
                 self.bytes += added;
+                self.last_answer = added;
                 self.answers.push(SampleAnswer {
                     id,
                     payload: answer.payload,
@@ -375,17 +397,19 @@ async fn read_samples<S, E>(
     let mut warned_empty = false;
     let mut input_error = None;
     let waiting_limit = node.config.limits.max_waiting_answer_bytes;
+    let unknown = node.config.batch.max_batch_size;
     'read: loop {
         // A reader that does not take its answers gets no more samples
         // taken from it: its input waits in the transport's flow control.
+        // Nor does one whose samples' answers would not fit.
         let room = tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
-            r = reply.room(waiting_limit) => r,
+            r = reply.room(waiting_limit, unknown) => r,
         };
-        if !room {
+        let Some(room) = room else {
             break;
-        }
+        };
         let mut next = tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
@@ -455,7 +479,7 @@ async fn read_samples<S, E>(
                     ended = true;
                 }
             }
-            if ended || chunk.len() >= MAX_CHUNK {
+            if ended || chunk.len() >= MAX_CHUNK.min(room) {
                 break;
             }
             match ready_now(&mut input).await {
@@ -989,5 +1013,50 @@ mod tests {
             "{}",
             a.node_send_ns
         );
+    }
+
+    fn room_now(reply: &Reply, limit: usize, unknown: usize) -> Option<Option<usize>> {
+        use std::future::Future;
+        let room = std::pin::pin!(reply.room(limit, unknown));
+        match room.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(r) => Some(r),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn samples_are_taken_only_while_their_answers_would_fit() {
+        let reply = Reply::default();
+        // Answer size unknown: one batch's worth in flight.
+        assert_eq!(room_now(&reply, 10_000, 4), Some(Some(4)));
+        reply.lock().pending = 4;
+        assert_eq!(room_now(&reply, 10_000, 4), None);
+
+        // Known: 1000 bytes each; 2000 waiting and 3 pending leave room
+        // for 5 more.
+        {
+            let mut o = reply.lock();
+            o.pending = 3;
+            o.last_answer = 1000;
+        }
+        reply.produced(2000);
+        assert_eq!(room_now(&reply, 10_000, 4), Some(Some(5)));
+        reply.lock().pending = 8;
+        assert_eq!(room_now(&reply, 10_000, 4), None, "10,000 expected");
+        reply.sent(2000);
+        assert_eq!(room_now(&reply, 10_000, 4), Some(Some(2)));
+
+        // An answer larger than the limit: one sample at a time.
+        {
+            let mut o = reply.lock();
+            o.pending = 0;
+            o.last_answer = 50_000;
+        }
+        assert_eq!(room_now(&reply, 10_000, 4), Some(Some(1)));
+        reply.lock().pending = 1;
+        assert_eq!(room_now(&reply, 10_000, 4), None);
+
+        reply.writer_gone.store(true, Ordering::Release);
+        assert_eq!(room_now(&reply, 10_000, 4), Some(None));
     }
 }
