@@ -43,6 +43,9 @@ const MAX_FROM_NODE_PAYLOAD: usize = 1 << 20;
 const ITEM_OVERHEAD: usize = 16;
 /// Most samples the reader hands the batcher at once.
 const MAX_CHUNK: usize = 256;
+/// Samples a stream may have in flight before its first answer shows how
+/// large answers are (see `Reply::room`).
+const UNKNOWN_ANSWERS_IN_FLIGHT: usize = 16;
 
 /// What the node's Infer streams share: the settings, the batcher and the
 /// budgets.
@@ -397,7 +400,13 @@ async fn read_samples<S, E>(
     let mut warned_empty = false;
     let mut input_error = None;
     let waiting_limit = node.config.limits.max_waiting_answer_bytes;
-    let unknown = node.config.batch.max_batch_size;
+    // Until the first answer shows their size: a full batch, and at least a
+    // few samples, so that the node can start at its pace.
+    let unknown = node
+        .config
+        .batch
+        .max_batch_size
+        .max(UNKNOWN_ANSWERS_IN_FLIGHT);
     'read: loop {
         // A reader that does not take its answers gets no more samples
         // taken from it: its input waits in the transport's flow control.
