@@ -52,19 +52,16 @@ pub(crate) struct RunTrace {
 
 impl RunTrace {
     /// The run's span, when `--otlp` is given.
-    pub(crate) fn start(
-        endpoint: Option<&str>,
-        ratio: f64,
-        attrs: [(&str, &str); 3],
-    ) -> Result<Option<RunTrace>> {
-        let Some(endpoint) = endpoint else {
+    pub(crate) fn start(args: &crate::run::RunArgs) -> Result<Option<RunTrace>> {
+        let Some(endpoint) = args.otlp.as_deref() else {
             return Ok(None);
         };
+        let ratio = args.otlp_sample_ratio;
         if !(0.0..=1.0).contains(&ratio) {
             anyhow::bail!("--otlp-sample-ratio {ratio}: must be from 0 to 1");
         }
         let otlp = exporter(endpoint)?;
-        let [(_, model), (_, scenario), (_, sut)] = attrs;
+        let (model, scenario, sut) = (&args.model, args.scenario.as_str(), &args.sut);
         let run =
             tracing::info_span!(target: otlp::TARGET, "loadgen-node.run", model, scenario, sut);
         Ok(Some(RunTrace {

@@ -219,15 +219,7 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
         ..LogSettings::default()
     };
     let live = Arc::new(LiveStats::default());
-    let mut trace = crate::otlp::RunTrace::start(
-        args.otlp.as_deref(),
-        args.otlp_sample_ratio,
-        [
-            ("model", &args.model),
-            ("scenario", args.scenario.as_str()),
-            ("sut", &args.sut),
-        ],
-    )?;
+    let mut trace = crate::otlp::RunTrace::start(args)?;
     let progress_interval = Duration::try_from_secs_f64(args.progress_interval)
         .context("--progress-interval must be a number of seconds, 0 or more")?;
 

@@ -23,19 +23,18 @@ struct IntScan {
     value: u64,
 }
 
+/// A leading sign, as the C scanners take it: whether it is `-`, and where
+/// the digits start.
+fn sign(b: &[u8]) -> (bool, usize) {
+    match b.first() {
+        Some(b'-') => (true, 1),
+        Some(b'+') => (false, 1),
+        _ => (false, 0),
+    }
+}
+
 fn scan_integer(b: &[u8]) -> IntScan {
-    let mut i = 0;
-    let negative = match b.first() {
-        Some(b'-') => {
-            i = 1;
-            true
-        }
-        Some(b'+') => {
-            i = 1;
-            false
-        }
-        _ => false,
-    };
+    let (negative, mut i) = sign(b);
     let mut radix = 10;
     if b.get(i) == Some(&b'0') {
         if matches!(b.get(i + 1), Some(b'x' | b'X'))
@@ -89,18 +88,7 @@ struct FloatScan {
 }
 
 fn scan_float(b: &[u8]) -> Option<FloatScan> {
-    let mut i = 0;
-    let negative = match b.first() {
-        Some(b'-') => {
-            i = 1;
-            true
-        }
-        Some(b'+') => {
-            i = 1;
-            false
-        }
-        _ => false,
-    };
+    let (negative, i) = sign(b);
     let sign = if negative { -1.0 } else { 1.0 };
     let rest = &b[i..];
 
