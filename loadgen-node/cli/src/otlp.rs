@@ -51,17 +51,22 @@ pub(crate) struct RunTrace {
 }
 
 impl RunTrace {
-    /// The run's span, when `--otlp` is given.
-    pub(crate) fn start(args: &crate::run::RunArgs) -> Result<Option<RunTrace>> {
-        let Some(endpoint) = args.otlp.as_deref() else {
+    /// The run's span, when `--otlp` is given (`endpoint`), with the
+    /// run's flags as its attributes.
+    pub(crate) fn start(
+        endpoint: Option<&str>,
+        ratio: f64,
+        model: &str,
+        scenario: &str,
+        sut: &str,
+    ) -> Result<Option<RunTrace>> {
+        let Some(endpoint) = endpoint else {
             return Ok(None);
         };
-        let ratio = args.otlp_sample_ratio;
         if !(0.0..=1.0).contains(&ratio) {
             anyhow::bail!("--otlp-sample-ratio {ratio}: must be from 0 to 1");
         }
         let otlp = exporter(endpoint)?;
-        let (model, scenario, sut) = (&args.model, args.scenario.as_str(), &args.sut);
         let run =
             tracing::info_span!(target: otlp::TARGET, "loadgen-node.run", model, scenario, sut);
         Ok(Some(RunTrace {

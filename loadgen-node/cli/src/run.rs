@@ -219,7 +219,13 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
         ..LogSettings::default()
     };
     let live = Arc::new(LiveStats::default());
-    let mut trace = crate::otlp::RunTrace::start(args)?;
+    let mut trace = crate::otlp::RunTrace::start(
+        args.otlp.as_deref(),
+        args.otlp_sample_ratio,
+        &args.model,
+        args.scenario.as_str(),
+        &args.sut,
+    )?;
     let progress_interval = Duration::try_from_secs_f64(args.progress_interval)
         .context("--progress-interval must be a number of seconds, 0 or more")?;
 
