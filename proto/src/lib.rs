@@ -11,8 +11,24 @@ pub use generated::*;
 /// Version of the protocol; a session is refused when the two ends differ.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The HTTP/2 path of the Infer stream. Both ends frame its messages
+/// themselves (`framing`), so that sample payloads are never copied.
+pub const INFER_PATH: &str = "/mlperf_net.v1.SutNode/Infer";
+
 pub mod benchmarks;
+pub mod framing;
 pub mod host;
 pub mod quic;
 pub mod synthetic;
 pub mod tls;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_infer_path_is_the_services() {
+        assert_eq!(
+            super::INFER_PATH,
+            format!("/{}/Infer", super::sut_node_server::SERVICE_NAME)
+        );
+    }
+}

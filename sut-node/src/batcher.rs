@@ -99,13 +99,13 @@ impl<J> State<J> {
         self.queued -= n;
         if self.sources.len() == 1 {
             // The common case, one client: its jobs in order, in one go.
+            // Its queue stays, empty, for its next jobs (no allocation).
             let only = &mut self.sources[0].jobs;
             batch.extend(only.drain(..n).map(|(_, job)| job));
-            if only.is_empty() {
-                self.sources.clear();
-            }
             return;
         }
+        // Sources left empty by the case above are dropped here.
+        self.sources.retain(|s| !s.jobs.is_empty());
         let mut taken = 0;
         while taken < n {
             let Some(mut source) = self.sources.pop_front() else {

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Status, Streaming};
+use tonic::Status;
 use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
@@ -96,19 +96,10 @@ impl DataPath {
     }
 }
 
-/// Starts the reader and writer of a new stream; returns its answers.
-pub(crate) fn open(
-    stream: u64,
-    input: Streaming<ToNode>,
-    connection: Arc<Connection>,
-    node: Arc<DataPath>,
-) -> ReceiverStream<Result<FromNode, Status>> {
-    open_with(stream, input, connection, node)
-}
-
-/// [`open`] for any transport: `input` yields the stream's `ToNode`
-/// messages (an error ends the input, as the end of the stream does).
-pub(crate) fn open_with<S, E>(
+/// Starts the reader and writer of a new stream, whatever its transport:
+/// `input` yields the stream's `ToNode` messages (an error ends the input,
+/// as the end of the stream does). Returns its answers.
+pub(crate) fn open<S, E>(
     stream: u64,
     input: S,
     connection: Arc<Connection>,
@@ -425,12 +416,17 @@ async fn read_samples<S, E>(
             m = input.next() => m.transpose(),
         };
         let mut ended = false;
+        // The samples taken together in this turn were received together:
+        // one clock read for them, read again only after a wait.
+        let mut received = std::time::Instant::now();
         loop {
             match next {
                 Ok(Some(ToNode {
                     kind: Some(to_node::Kind::Sample(sample)),
                 })) => {
-                    let received = std::time::Instant::now();
+                    if sample.codec != Codec::None as i32 {
+                        received = std::time::Instant::now();
+                    }
                     tally.sample(sample.codec, sample.payload.len());
                     match decode(&node, sample.codec, sample.payload, max_input).await {
                         Ok(input) => {
@@ -454,6 +450,7 @@ async fn read_samples<S, E>(
                                         _ = stopped(&mut stop) => break 'read,
                                         b = wait => b,
                                     };
+                                    received = std::time::Instant::now();
                                     match budget {
                                         Some(b) => b,
                                         None => break 'read,
@@ -728,14 +725,17 @@ fn batch_runner(
     outstanding: Arc<AtomicU64>,
 ) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {
     let mut inputs: Vec<Bytes> = Vec::new();
+    let mut answered: Vec<bool> = Vec::new();
     mono_ns(std::time::Instant::now()); // the epoch, before any sample
     move |jobs: &mut Vec<Job>, back_to_back| {
         inputs.clear();
         inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
+        answered.clear();
+        answered.resize(jobs.len(), false);
         let started = std::time::Instant::now();
         let mut sink = Sink {
             jobs,
-            answered: vec![false; jobs.len()],
+            answered: &mut answered,
             outstanding: &outstanding,
             started,
         };
@@ -743,10 +743,10 @@ fn batch_runner(
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
         let ready = std::time::Instant::now();
         METRICS.batch(jobs.len(), ready.saturating_duration_since(started));
-        let answered = sink.answered;
+        let answered = &answered[..];
         let failure = match result {
             Ok(Ok(outputs)) if outputs.len() == jobs.len() => {
-                deliver(jobs, &answered, outputs.into_iter(), started, ready);
+                deliver(jobs, answered, outputs.into_iter(), started, ready);
                 None
             }
             Ok(Ok(outputs)) => Some(format!(
@@ -761,7 +761,7 @@ fn batch_runner(
             error!("batch of {} samples failed: {message}", jobs.len());
             deliver(
                 jobs,
-                &answered,
+                answered,
                 std::iter::repeat_with(|| Err(message.clone())),
                 started,
                 ready,
@@ -811,7 +811,7 @@ fn deliver(
 struct Sink<'a> {
     jobs: &'a [Job],
     /// Samples answered through `answer_now`.
-    answered: Vec<bool>,
+    answered: &'a mut [bool],
     outstanding: &'a AtomicU64,
     /// When the batch started.
     started: std::time::Instant,

@@ -13,6 +13,7 @@ mod budget;
 pub mod codec;
 pub mod config_file;
 pub mod describe;
+mod grpc_infer;
 mod infer;
 pub mod limits;
 mod listen;

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::backend::BackendError;
 use crate::codec;
-use crate::infer::{self, DataPath};
+use crate::infer::DataPath;
 use crate::node_config::NodeConfig;
 
 /// The scenarios a session may name (LoadGen's spelling).
@@ -216,24 +216,13 @@ impl SutNode for Service {
 
     type InferStream = ReceiverStream<Result<FromNode, Status>>;
 
+    /// Not reached: `grpc_infer::WithInfer` serves the Infer path before
+    /// this service sees it, framing the stream itself.
     async fn infer(
         &self,
-        request: Request<Streaming<ToNode>>,
+        _request: Request<Streaming<ToNode>>,
     ) -> Result<Response<Self::InferStream>, Status> {
-        let node = &self.0;
-        if let Some(refusal) = node.infer_refusal(request.remote_addr()) {
-            return Err(refusal);
-        }
-        let stream = node.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        info!(stream, peer = %peer(&request), "infer stream opened");
-        let connection = node.data.connections.of(request.remote_addr());
-        let answers = infer::open(
-            stream,
-            request.into_inner(),
-            connection,
-            Arc::clone(&node.data),
-        );
-        Ok(Response::new(answers))
+        Err(Status::internal("sut-node: Infer reached the wrong route"))
     }
 }
 

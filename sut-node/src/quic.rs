@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use prost::Message;
-use proto::quic::{
-    self, encode_error, encode_message, stream_type, udp_socket, Frame, FrameDecoder, FrameError,
-    FrameWriter, MAX_CONTROL_FRAME, MAX_DATA_FRAME, MAX_WRITE,
+use proto::framing::{
+    encode_error, encode_message, Frame, FrameDecoder, FrameError, FrameWriter, MAX_CONTROL_FRAME,
+    MAX_DATA_FRAME,
 };
+use proto::quic::{self, stream_type, udp_socket, MAX_WRITE};
 use proto::sut_node_server::SutNode;
 use proto::{FromNode, HealthRequest, NameRequest, SessionRequest, ToNode};
 use quinn::{RecvStream, SendStream};
@@ -333,11 +334,9 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     let input = QuicSamples {
         recv,
         decoder: FrameDecoder::new(node.config().limits.max_message_bytes.min(MAX_DATA_FRAME)),
-        done: false,
     };
     let connection = node.data.connections.of(Some(peer));
-    let mut answers =
-        infer::open_with(stream, input, connection, Arc::clone(&node.data)).into_inner();
+    let mut answers = infer::open(stream, input, connection, Arc::clone(&node.data)).into_inner();
     loop {
         let chunks = w.take_chunks();
         if !chunks.is_empty() {
@@ -356,7 +355,7 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
         while let Some(item) = next.take() {
             match item {
                 Ok(message) => {
-                    if let Err(e) = w.message(&message) {
+                    if let Err(e) = w.from_node(&message) {
                         w.error(&format!("sut-node cannot send an answer: {e}"));
                         break;
                     }
@@ -380,7 +379,6 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
 struct QuicSamples {
     recv: RecvStream,
     decoder: FrameDecoder,
-    done: bool,
 }
 
 impl Stream for QuicSamples {
@@ -388,37 +386,16 @@ impl Stream for QuicSamples {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        loop {
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match this.decoder.next_frame() {
-                Ok(Some(frame)) => return Poll::Ready(Some(frame.decode("ToNode"))),
-                Ok(None) => {}
-                Err(e) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-            }
+        let recv = &mut this.recv;
+        this.decoder.poll_messages("ToNode", cx, |cx| {
             // `read_chunk` is cancel-safe: polling a fresh one each time
             // loses nothing and leaves the waker registered.
-            let read = this.recv.read_chunk(usize::MAX, true);
+            let read = recv.read_chunk(usize::MAX, true);
             tokio::pin!(read);
-            match read.poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(Some(chunk))) => this.decoder.push(chunk.bytes),
-                Poll::Ready(Ok(None)) => {
-                    this.done = true;
-                    return Poll::Ready(this.decoder.finish().err().map(Err));
-                }
-                Poll::Ready(Err(e)) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(FrameError::Decode {
-                        what: "stream",
-                        reason: e.to_string(),
-                    })));
-                }
-            }
-        }
+            read.poll(cx).map(|r| match r {
+                Ok(chunk) => chunk.map(|c| Ok(c.bytes)),
+                Err(e) => Some(Err(e.to_string())),
+            })
+        })
     }
 }

@@ -16,6 +16,7 @@ use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::backend::Backend;
+use crate::grpc_infer::WithInfer;
 use crate::infer::DataPath;
 use crate::listen;
 use crate::node::{Node, Service};
@@ -29,13 +30,16 @@ use crate::whole_messages::WholeMessages;
 const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// HTTP/2 windows: the connection's is larger than a stream's, so a stream
 /// held back by a full batcher queue never blocks Health or a new stream on
-/// the same connection.
-const STREAM_WINDOW: u32 = 2 << 20;
-const CONNECTION_WINDOW: u32 = 8 << 20;
+/// the same connection. A stream's holds about a dozen ResNet50 inputs: with
+/// less, the sender often has room for only part of a sample, which then
+/// arrives in two DATA frames and must be copied together. What a client can
+/// make the node hold unread is the connection's window per connection.
+const STREAM_WINDOW: u32 = 8 << 20;
+const CONNECTION_WINDOW: u32 = 16 << 20;
 /// Largest HTTP/2 DATA frame the node accepts: with the default (16 KiB) a
 /// ResNet50 input arrives as 37 frames, each its own header, poll and
-/// buffer; messages are held until complete anyway (`WholeMessages`), so
-/// larger frames delay nothing.
+/// buffer; messages are held until complete anyway, so larger frames delay
+/// nothing.
 const MAX_FRAME: u32 = 1 << 20;
 
 /// Serves the node on `listener` until `shutdown` completes (then lets open
@@ -87,15 +91,21 @@ pub async fn serve_on(
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
     if let Some(listener) = endpoints.grpc {
         let limits = node.config().limits;
-        let service = SutNodeServer::new(Service(Arc::clone(&node)))
+        let control = SutNodeServer::new(Service(Arc::clone(&node)))
             .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let service = WithInfer::new(control, Arc::clone(&node));
         let max_message = limits.max_message_bytes;
         let router = Server::builder()
             // Requests' messages reach tonic only once complete, so that a
             // declared length is never reserved before its bytes arrive.
+            // The Infer route frames its stream itself, holding only what
+            // has arrived (`grpc_infer`).
             .layer(tower::util::MapRequestLayer::new(
                 move |request: http::Request<tonic::body::Body>| {
+                    if request.uri().path() == proto::INFER_PATH {
+                        return request;
+                    }
                     request
                         .map(|body| tonic::body::Body::new(WholeMessages::new(body, max_message)))
                 },

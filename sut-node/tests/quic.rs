@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
-use proto::quic::{encode_message, stream_type, Frame, FrameDecoder, FrameWriter, ALPN};
+use proto::framing::{encode_message, Frame, FrameDecoder, FrameWriter};
+use proto::quic::{stream_type, ALPN};
 use proto::tls::{ClientTls, ServerCheck};
 use proto::{
     to_node, FromNode, HealthReply, HealthRequest, NameReply, NameRequest, SampleRequest,

@@ -119,11 +119,21 @@ import json, random, sys
 def synthetic_answer(data, size):
     # proto/src/synthetic.rs
     m = (1 << 64) - 1
-    h = 0xCBF29CE484222325 ^ len(data)
-    whole = len(data) // 8 * 8
-    for i in range(0, whole, 8):
-        h = ((h ^ int.from_bytes(data[i:i + 8], "little")) * 0x100000001B3) & m
-        h ^= h >> 29
+    def mix(h, w):
+        h = ((h ^ w) * 0x100000001B3) & m
+        return h ^ (h >> 29)
+    word = lambda i: int.from_bytes(data[i:i + 8], "little")
+    seed = 0xCBF29CE484222325 ^ len(data)
+    lanes = [seed ^ k for k in range(4)]
+    blocks = len(data) // 32 * 32
+    for i in range(0, blocks, 32):
+        lanes = [mix(lanes[k], word(i + 8 * k)) for k in range(4)]
+    h = seed
+    for lane in lanes:
+        h = mix(h, lane)
+    whole = blocks + (len(data) - blocks) // 8 * 8
+    for i in range(blocks, whole, 8):
+        h = mix(h, word(i))
     for b in data[whole:]:
         h = ((h ^ b) * 0x100000001B3) & m
     out = b""

@@ -105,7 +105,7 @@ impl Link {
 
 /// The node's side of an open data stream.
 pub(crate) enum Inbound {
-    Grpc(tonic::Streaming<FromNode>),
+    Grpc(grpc::GrpcInbound),
     Quic(quic::QuicInbound),
 }
 
@@ -113,7 +113,7 @@ impl Inbound {
     /// The next message; `Ok(None)` once the node has ended the stream.
     pub(crate) async fn next(&mut self) -> Result<Option<FromNode>, TransportError> {
         match self {
-            Inbound::Grpc(s) => s.message().await.map_err(grpc::status_text),
+            Inbound::Grpc(s) => s.next().await,
             Inbound::Quic(s) => s.next().await,
         }
     }

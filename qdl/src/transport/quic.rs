@@ -14,10 +14,10 @@ use std::task::Poll;
 
 use bytes::{BufMut, BytesMut};
 use prost::Message;
-use proto::quic::{
-    encode_message, endpoint_config, stream_type, transport_config, udp_socket, Frame,
-    FrameDecoder, FrameWriter, ALPN, MAX_CONTROL_FRAME, MAX_DATA_FRAME, MAX_WRITE,
+use proto::framing::{
+    encode_message, Frame, FrameDecoder, FrameWriter, MAX_CONTROL_FRAME, MAX_DATA_FRAME,
 };
+use proto::quic::{endpoint_config, stream_type, transport_config, udp_socket, ALPN, MAX_WRITE};
 use proto::tls::{ClientTls, Presented};
 use proto::{FromNode, NameReply, NameRequest, SessionReply, SessionRequest};
 use quinn::{RecvStream, SendStream};
@@ -137,9 +137,9 @@ impl QuicLink {
         send.finish().map_err(text)?;
         let mut decoder = FrameDecoder::new(max);
         match read_frame(&mut recv, &mut decoder).await? {
-            Some(Frame::Message(body)) => {
-                Rep::decode(body).map_err(|e| TransportError(format!("undecodable reply: {e}")))
-            }
+            Some(Frame::Message(body)) => body
+                .message::<Rep>()
+                .map_err(|e| TransportError(format!("undecodable reply: {e}"))),
             Some(Frame::Error(e)) => Err(TransportError(e)),
             None => Err(TransportError(
                 "the node ended the stream without a reply".into(),
@@ -208,7 +208,8 @@ impl QuicInbound {
     /// The next message; `Ok(None)` once the node has ended the stream.
     pub(crate) async fn next(&mut self) -> Result<Option<FromNode>, TransportError> {
         match read_frame(&mut self.recv, &mut self.decoder).await? {
-            Some(Frame::Message(body)) => FromNode::decode(body)
+            Some(Frame::Message(body)) => body
+                .message::<FromNode>()
                 .map(Some)
                 .map_err(|e| TransportError(format!("undecodable FromNode message: {e}"))),
             Some(Frame::Error(e)) => Err(TransportError(format!("the node ended the stream: {e}"))),
