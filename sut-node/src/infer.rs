@@ -61,8 +61,10 @@ pub(crate) struct DataPath {
     pub(crate) decoded: Budget,
     /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
     pub(crate) connections: Connections,
-    /// Turns to decode compressed inputs, one per core.
+    /// Turns to decode compressed inputs, one per core, shared by all
+    /// streams; one stream may use them all.
     decoding: Arc<tokio::sync::Semaphore>,
+    decoding_turns: usize,
 }
 
 impl DataPath {
@@ -82,6 +84,7 @@ impl DataPath {
             batch_runner(backend, Arc::clone(&outstanding)),
         )?;
         let limits = config.limits;
+        let decoding_turns = std::thread::available_parallelism().map_or(2, |n| n.get());
         Ok(Self {
             config,
             outstanding,
@@ -89,9 +92,8 @@ impl DataPath {
             stop,
             decoded: Budget::new(limits.max_decoded_bytes),
             connections: Connections::new(limits.max_decoded_bytes_per_connection),
-            decoding: Arc::new(tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(2, |n| n.get()),
-            )),
+            decoding: Arc::new(tokio::sync::Semaphore::new(decoding_turns)),
+            decoding_turns,
         })
     }
 }
@@ -387,6 +389,7 @@ async fn read_samples<S, E>(
     let mut stop = node.stop.clone();
     let max_input = node.config.codecs.max_input_bytes;
     let mut chunk: Vec<Job> = Vec::new();
+    let mut decodes = Decodes::new(node.decoding_turns);
     let mut tally = Received::default();
     let mut warned_empty = false;
     let mut input_error = None;
@@ -428,47 +431,30 @@ async fn read_samples<S, E>(
                         received = std::time::Instant::now();
                     }
                     tally.sample(sample.codec, sample.payload.len());
-                    match decode(&node, sample.codec, sample.payload, max_input).await {
-                        Ok(input) => {
-                            // The decoded bytes count against the connection's
-                            // and the node's budgets until the sample has run;
-                            // if one is spent, what this reader holds goes to
-                            // the batcher first, then it waits.
-                            let mine = connection.budget.units(input.len());
-                            let all = node.decoded.units(input.len());
-                            let budget = match try_budget(&connection, &node, mine, all) {
-                                Some(b) => b,
-                                None => {
-                                    if !submit(&mut chunk, &reply, &connection, &node, &mut stop)
-                                        .await
-                                    {
-                                        break 'read;
-                                    }
-                                    let wait = wait_budget(&connection, &node, mine, all);
-                                    let budget = tokio::select! {
-                                        biased;
-                                        _ = stopped(&mut stop) => break 'read,
-                                        b = wait => b,
-                                    };
-                                    received = std::time::Instant::now();
-                                    match budget {
-                                        Some(b) => b,
-                                        None => break 'read,
-                                    }
-                                }
-                            };
-                            chunk.push(Job {
-                                id: sample.id,
-                                input,
-                                reply: Arc::clone(&reply),
-                                _budget: Some(budget),
-                                received,
-                                trace: crate::otlp::received(&sample.traceparent, received),
-                            })
-                        }
-                        Err(message) => {
-                            tally.rejected += 1;
-                            reply.send_error(sample.id, message)
+                    let (codec, payload) = (sample.codec, sample.payload);
+                    let work = if codec == Codec::None as i32 {
+                        Err(codec::decode_input(codec, payload, max_input))
+                    } else {
+                        Ok(move || codec::decode_input(codec, payload, max_input))
+                    };
+                    let meta = (sample.id, sample.traceparent, received);
+                    decodes.start(meta, &node.decoding, work).await;
+                    while let Some(decoded) = decodes.next(false).await {
+                        let Some(waited) = place(
+                            decoded,
+                            &mut tally,
+                            &mut chunk,
+                            &reply,
+                            &connection,
+                            &node,
+                            &mut stop,
+                        )
+                        .await
+                        else {
+                            break 'read;
+                        };
+                        if waited {
+                            received = std::time::Instant::now();
                         }
                     }
                 }
@@ -485,7 +471,7 @@ async fn read_samples<S, E>(
                     ended = true;
                 }
             }
-            if ended || chunk.len() >= MAX_CHUNK.min(room) {
+            if ended || chunk.len() + decodes.len() >= MAX_CHUNK.min(room) {
                 break;
             }
             match ready_now(&mut input).await {
@@ -494,6 +480,20 @@ async fn read_samples<S, E>(
             }
         }
 
+        while let Some(decoded) = decodes.next(true).await {
+            let placed = place(
+                decoded,
+                &mut tally,
+                &mut chunk,
+                &reply,
+                &connection,
+                &node,
+                &mut stop,
+            );
+            if placed.await.is_none() {
+                break 'read;
+            }
+        }
         METRICS.add_received(&mut tally);
         if !submit(&mut chunk, &reply, &connection, &node, &mut stop).await {
             break 'read;
@@ -508,6 +508,60 @@ async fn read_samples<S, E>(
         outbox.input_error = input_error;
     }
     reply.wake.notify_one();
+}
+
+/// A sample (id, trace context, when it was received) and its input, or
+/// why it could not be decoded.
+type Decoded = ((u64, String, std::time::Instant), Result<Bytes, String>);
+
+/// A decoded sample into `chunk` with its share of the budgets: the decoded
+/// bytes count against the connection's and the node's budgets until the
+/// sample has run; if one is spent, `chunk` goes to the batcher first, then
+/// the reader waits. A sample that could not be decoded is answered with
+/// the error. Whether it had to wait; `None` when the node stops first.
+async fn place(
+    ((id, traceparent, received), decoded): Decoded,
+    tally: &mut Received,
+    chunk: &mut Vec<Job>,
+    reply: &Arc<Reply>,
+    connection: &Connection,
+    node: &DataPath,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<bool> {
+    let input = match decoded {
+        Ok(input) => input,
+        Err(message) => {
+            tally.rejected += 1;
+            reply.send_error(id, message);
+            return Some(false);
+        }
+    };
+    let mine = connection.budget.units(input.len());
+    let all = node.decoded.units(input.len());
+    let (budget, waited) = match try_budget(connection, node, mine, all) {
+        Some(b) => (b, false),
+        None => {
+            if !submit(chunk, reply, connection, node, stop).await {
+                return None;
+            }
+            let wait = wait_budget(connection, node, mine, all);
+            let budget = tokio::select! {
+                biased;
+                _ = stopped(stop) => return None,
+                b = wait => b?,
+            };
+            (budget, true)
+        }
+    };
+    chunk.push(Job {
+        id,
+        input,
+        reply: Arc::clone(reply),
+        _budget: Some(budget),
+        received,
+        trace: crate::otlp::received(&traceparent, received),
+    });
+    Some(waited)
 }
 
 /// Hands `chunk` to the batcher; false when the node stops first (what did
@@ -539,25 +593,78 @@ async fn submit(
     true
 }
 
-/// A sample's input: raw payloads as they are; compressed ones decoded on
-/// the blocking pool, a bounded number at a time, so that decoding never
-/// holds up the network threads.
-async fn decode(
-    node: &DataPath,
-    codec: i32,
-    payload: Bytes,
-    max_input: usize,
-) -> Result<Bytes, String> {
-    if codec == Codec::None as i32 {
-        return codec::decode_input(codec, payload, max_input);
+/// A stream's inputs being decoded, handed back in the order they came:
+/// raw payloads as they are; compressed ones decoded on the blocking pool,
+/// several of one stream at once (at most `width`, and no more than the
+/// pool's turns, one per core, shared by all streams), so that decoding never
+/// holds up the network threads nor waits on one core.
+struct Decodes<T> {
+    width: usize,
+    queue: VecDeque<(T, Decoding)>,
+}
+
+enum Decoding {
+    Done(Result<Bytes, String>),
+    Running(tokio::task::JoinHandle<Result<Bytes, String>>),
+}
+
+impl<T> Decodes<T> {
+    fn new(width: usize) -> Self {
+        Self {
+            width: width.max(1),
+            queue: VecDeque::new(),
+        }
     }
-    let _turn = Arc::clone(&node.decoding)
-        .acquire_owned()
-        .await
-        .map_err(|_| "the node is stopping".to_string())?;
-    tokio::task::spawn_blocking(move || codec::decode_input(codec, payload, max_input))
-        .await
-        .unwrap_or_else(|e| Err(format!("decoding failed: {e}")))
+
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Starts `work` on the pool once it has a turn (`None`: nothing to do
+    /// off the network thread, `done` is the result).
+    async fn start(
+        &mut self,
+        meta: T,
+        pool: &Arc<tokio::sync::Semaphore>,
+        work: Result<
+            impl FnOnce() -> Result<Bytes, String> + Send + 'static,
+            Result<Bytes, String>,
+        >,
+    ) {
+        let decoding = match work {
+            Err(done) => Decoding::Done(done),
+            // The turn is held while the decode runs, not until its result
+            // is taken: streams waiting for turns never wait on each other.
+            Ok(work) => match Arc::clone(pool).acquire_owned().await {
+                Ok(turn) => Decoding::Running(tokio::task::spawn_blocking(move || {
+                    let _turn = turn;
+                    work()
+                })),
+                Err(_) => Decoding::Done(Err("the node is stopping".to_string())),
+            },
+        };
+        self.queue.push_back((meta, decoding));
+    }
+
+    /// The oldest input if it is decoded; waits for it when `width` are
+    /// under way, or with `all` (the end of a turn of reading).
+    async fn next(&mut self, all: bool) -> Option<(T, Result<Bytes, String>)> {
+        let ready = match &self.queue.front()?.1 {
+            Decoding::Done(_) => true,
+            Decoding::Running(task) => task.is_finished(),
+        };
+        if !ready && !all && self.queue.len() < self.width {
+            return None;
+        }
+        let (meta, decoding) = self.queue.pop_front()?;
+        let result = match decoding {
+            Decoding::Done(r) => r,
+            Decoding::Running(task) => task
+                .await
+                .unwrap_or_else(|e| Err(format!("decoding failed: {e}"))),
+        };
+        Some((meta, result))
+    }
 }
 
 type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
@@ -1022,6 +1129,88 @@ mod tests {
             "{}",
             a.node_send_ns
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streams_inputs_decode_at_once_and_come_back_in_order() {
+        // Two decodes that each finish only once the other has started:
+        // one at a time, the first would time out.
+        let pool = Arc::new(tokio::sync::Semaphore::new(2));
+        let (a_started, a_seen) = std::sync::mpsc::channel::<()>();
+        let (b_started, b_seen) = std::sync::mpsc::channel::<()>();
+        let wait = std::time::Duration::from_secs(20);
+        let mut decodes = Decodes::new(2);
+        let work_a = move || {
+            let _ = a_started.send(());
+            b_seen
+                .recv_timeout(wait)
+                .map(|()| Bytes::from_static(b"a"))
+                .map_err(|_| "b never ran beside a".to_string())
+        };
+        let work_b = move || {
+            let _ = b_started.send(());
+            a_seen
+                .recv_timeout(wait)
+                .map(|()| Bytes::from_static(b"b"))
+                .map_err(|_| "a never ran beside b".to_string())
+        };
+        decodes.start(1, &pool, Ok(work_a)).await;
+        decodes.start(2, &pool, Ok(work_b)).await;
+        // A raw input behind them waits its turn.
+        let raw: Result<fn() -> Result<Bytes, String>, _> = Err(Ok(Bytes::from_static(b"c")));
+        decodes.start(3, &pool, raw).await;
+        let mut got = Vec::new();
+        while let Some((id, r)) = decodes.next(true).await {
+            got.push((id, r));
+        }
+        assert_eq!(
+            got,
+            vec![
+                (1, Ok(Bytes::from_static(b"a"))),
+                (2, Ok(Bytes::from_static(b"b"))),
+                (3, Ok(Bytes::from_static(b"c"))),
+            ]
+        );
+        assert_eq!(pool.available_permits(), 2, "turns given back");
+    }
+
+    #[tokio::test]
+    async fn a_decode_done_but_not_taken_holds_no_turn() {
+        // Two streams, one turn: the first stream's finished decode, not
+        // yet taken, must not keep the second waiting (they would wait on
+        // each other once both hold a result and want a turn).
+        let pool = Arc::new(tokio::sync::Semaphore::new(1));
+        let (mut first, mut second) = (Decodes::new(4), Decodes::new(4));
+        first
+            .start(1, &pool, Ok(|| Ok(Bytes::from_static(b"1"))))
+            .await;
+        let started = second.start(2, &pool, Ok(|| Ok(Bytes::from_static(b"2"))));
+        tokio::time::timeout(std::time::Duration::from_secs(20), started)
+            .await
+            .expect("the second stream got the turn");
+        assert_eq!(second.next(true).await.map(|d| d.0), Some(2));
+        assert_eq!(first.next(true).await.map(|d| d.0), Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_decoded_input_waits_behind_an_older_one_until_the_width_is_reached() {
+        let pool = Arc::new(tokio::sync::Semaphore::new(4));
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let mut decodes = Decodes::new(2);
+        let slow = move || {
+            let _ = gate.recv();
+            Ok(Bytes::from_static(b"slow"))
+        };
+        decodes.start(1, &pool, Ok(slow)).await;
+        // Below the width, a running decode is not waited for.
+        assert!(decodes.next(false).await.is_none());
+        let raw: Result<fn() -> Result<Bytes, String>, _> = Err(Ok(Bytes::new()));
+        decodes.start(2, &pool, raw).await;
+        // The width is reached: the oldest is awaited, so release it.
+        let _ = release.send(());
+        assert_eq!(decodes.next(false).await.map(|d| d.0), Some(1));
+        assert_eq!(decodes.next(false).await.map(|d| d.0), Some(2));
+        assert!(decodes.next(false).await.is_none());
     }
 
     fn room_now(reply: &Reply, limit: usize, unknown: usize) -> Option<Option<usize>> {
