@@ -620,8 +620,8 @@ impl<T> Decodes<T> {
         self.queue.len()
     }
 
-    /// Starts `work` on the pool once it has a turn (`None`: nothing to do
-    /// off the network thread, `done` is the result).
+    /// Starts `work` on the pool once it has a turn; `Err(result)`: nothing
+    /// to do off the network thread (a raw input), the result is there.
     async fn start(
         &mut self,
         meta: T,
