@@ -102,6 +102,13 @@ impl Pieces {
         }
         M::decode(self)
     }
+
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.len += b.len();
+            self.parts.push_back(b);
+        }
+    }
 }
 
 impl From<Bytes> for Pieces {
@@ -109,15 +116,6 @@ impl From<Bytes> for Pieces {
         let mut p = Pieces::default();
         p.push(b);
         p
-    }
-}
-
-impl Pieces {
-    fn push(&mut self, b: Bytes) {
-        if !b.is_empty() {
-            self.len += b.len();
-            self.parts.push_back(b);
-        }
     }
 }
 

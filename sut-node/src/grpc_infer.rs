@@ -117,18 +117,16 @@ impl Stream for Samples {
         let this = self.get_mut();
         let body = &mut this.body;
         this.decoder.poll_messages("ToNode", cx, |cx| loop {
-            return match Pin::new(&mut *body).poll_frame(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Ready(Some(Err(status))) => {
-                    Poll::Ready(Some(Err(status.message().to_string())))
+            match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
+                None => return Poll::Ready(None),
+                Some(Err(status)) => return Poll::Ready(Some(Err(status.message().to_string()))),
+                // Requests carry no trailers worth reading.
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Poll::Ready(Some(Ok(data)));
+                    }
                 }
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => Poll::Ready(Some(Ok(data))),
-                    // Requests carry no trailers worth reading.
-                    Err(_) => continue,
-                },
-            };
+            }
         })
     }
 }

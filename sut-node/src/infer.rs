@@ -427,36 +427,16 @@ async fn read_samples<S, E>(
                 Ok(Some(ToNode {
                     kind: Some(to_node::Kind::Sample(sample)),
                 })) => {
-                    if sample.codec != Codec::None as i32 {
-                        received = std::time::Instant::now();
-                    }
                     tally.sample(sample.codec, sample.payload.len());
                     let (codec, payload) = (sample.codec, sample.payload);
                     let work = if codec == Codec::None as i32 {
                         Err(codec::decode_input(codec, payload, max_input))
                     } else {
+                        received = std::time::Instant::now();
                         Ok(move || codec::decode_input(codec, payload, max_input))
                     };
                     let meta = (sample.id, sample.traceparent, received);
                     decodes.start(meta, &node.decoding, work).await;
-                    while let Some(decoded) = decodes.next(false).await {
-                        let Some(waited) = place(
-                            decoded,
-                            &mut tally,
-                            &mut chunk,
-                            &reply,
-                            &connection,
-                            &node,
-                            &mut stop,
-                        )
-                        .await
-                        else {
-                            break 'read;
-                        };
-                        if waited {
-                            received = std::time::Instant::now();
-                        }
-                    }
                 }
                 Ok(Some(ToNode { kind: None })) => {
                     // Likely a newer client's message kind: skip it.
@@ -471,29 +451,36 @@ async fn read_samples<S, E>(
                     ended = true;
                 }
             }
-            if ended || chunk.len() + decodes.len() >= MAX_CHUNK.min(room) {
-                break;
+            let more = !ended && chunk.len() + decodes.len() < MAX_CHUNK.min(room);
+            let following = if more {
+                ready_now(&mut input).await
+            } else {
+                None
+            };
+            // What is decoded goes on, in order; at the end of the turn, all.
+            let all = following.is_none();
+            while let Some(decoded) = decodes.next(all).await {
+                let placed = place(
+                    decoded,
+                    &mut tally,
+                    &mut chunk,
+                    &reply,
+                    &connection,
+                    &node,
+                    &mut stop,
+                );
+                match placed.await {
+                    None => break 'read,
+                    Some(true) => received = std::time::Instant::now(),
+                    Some(false) => {}
+                }
             }
-            match ready_now(&mut input).await {
+            match following {
                 Some(m) => next = m,
                 None => break,
             }
         }
 
-        while let Some(decoded) = decodes.next(true).await {
-            let placed = place(
-                decoded,
-                &mut tally,
-                &mut chunk,
-                &reply,
-                &connection,
-                &node,
-                &mut stop,
-            );
-            if placed.await.is_none() {
-                break 'read;
-            }
-        }
         METRICS.add_received(&mut tally);
         if !submit(&mut chunk, &reply, &connection, &node, &mut stop).await {
             break 'read;

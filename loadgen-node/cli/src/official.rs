@@ -294,13 +294,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         eprintln!("loadgen-node: the official LoadGen will apply ./audit.config from the working directory");
     }
     let user_conf = user_conf(args)?;
-    let mut trace = crate::otlp::RunTrace::start(
-        args.otlp.as_deref(),
-        args.otlp_sample_ratio,
-        &args.model,
-        args.scenario.as_str(),
-        &args.sut,
-    )?;
+    let mut trace = args.trace()?;
 
     let (harness, data) = if args.sut == "null" {
         let total = args.total_sample_count.unwrap_or(1024);

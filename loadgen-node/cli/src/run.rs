@@ -209,6 +209,20 @@ pub struct RunArgs {
     pub tls: TlsArgs,
 }
 
+impl RunArgs {
+    /// The run's span (`--otlp`), with the run's flags as its attributes;
+    /// either engine starts it the same way.
+    pub(crate) fn trace(&self) -> Result<Option<crate::otlp::RunTrace>> {
+        crate::otlp::RunTrace::start(
+            self.otlp.as_deref(),
+            self.otlp_sample_ratio,
+            &self.model,
+            self.scenario.as_str(),
+            &self.sut,
+        )
+    }
+}
+
 /// Runs one test with the native engine and prints its result.
 pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
     let settings = resolve_settings(args)?;
@@ -219,13 +233,7 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
         ..LogSettings::default()
     };
     let live = Arc::new(LiveStats::default());
-    let mut trace = crate::otlp::RunTrace::start(
-        args.otlp.as_deref(),
-        args.otlp_sample_ratio,
-        &args.model,
-        args.scenario.as_str(),
-        &args.sut,
-    )?;
+    let mut trace = args.trace()?;
     let progress_interval = Duration::try_from_secs_f64(args.progress_interval)
         .context("--progress-interval must be a number of seconds, 0 or more")?;
 
