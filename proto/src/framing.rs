@@ -36,6 +36,8 @@ pub const MAX_DATA_FRAME: usize = 1 << 30;
 /// Sample payloads at least this large are sent as their own chunk rather
 /// than copied into the frame buffer.
 const ZERO_COPY_MIN: usize = 8 << 10;
+/// The frame buffer grows by at least this much (see `FrameWriter::room`).
+const BUF_CHUNK: usize = 64 << 10;
 
 const KIND_MESSAGE: u8 = 0;
 const KIND_ERROR: u8 = 1;
@@ -81,10 +83,14 @@ impl Frame {
 
 /// A message's bytes, as the slices of the chunks they arrived in.
 /// `copy_to_bytes` (which prost uses for `bytes` fields) returns a slice,
-/// not a copy, when the bytes asked for lie in one chunk.
+/// not a copy, when the bytes asked for lie in one chunk. A message that
+/// came in one chunk (most small ones) needs no allocation here.
 #[derive(Clone, Debug, Default)]
 pub struct Pieces {
-    parts: VecDeque<Bytes>,
+    /// The first part: all of it when the message came in one chunk.
+    head: Bytes,
+    /// The parts after it; empty whenever `head` is.
+    rest: VecDeque<Bytes>,
     len: usize,
 }
 
@@ -96,18 +102,28 @@ impl Pieces {
 
     /// Decodes the message these bytes hold. One chunk (the common case
     /// for small messages) is decoded as plain `Bytes`, the fastest `Buf`.
-    pub fn message<M: Message + Default>(mut self) -> Result<M, prost::DecodeError> {
-        if self.parts.len() <= 1 {
-            return M::decode(self.parts.pop_front().unwrap_or_default());
+    pub fn message<M: Message + Default>(self) -> Result<M, prost::DecodeError> {
+        if self.rest.is_empty() {
+            return M::decode(self.head);
         }
         M::decode(self)
     }
 
     fn push(&mut self, b: Bytes) {
-        if !b.is_empty() {
-            self.len += b.len();
-            self.parts.push_back(b);
+        if b.is_empty() {
+            return;
         }
+        self.len += b.len();
+        if self.head.is_empty() {
+            self.head = b;
+        } else {
+            self.rest.push_back(b);
+        }
+    }
+
+    /// The head is used up: the next part takes its place.
+    fn next_part(&mut self) {
+        self.head = self.rest.pop_front().unwrap_or_default();
     }
 }
 
@@ -133,41 +149,37 @@ impl Buf for Pieces {
     }
 
     fn chunk(&self) -> &[u8] {
-        self.parts.front().map_or(&[], |b| b)
+        &self.head
     }
 
     fn advance(&mut self, mut n: usize) {
         assert!(n <= self.len, "advance past the end of a message");
         self.len -= n;
         while n > 0 {
-            let Some(front) = self.parts.front_mut() else {
-                return;
-            };
-            if n < front.len() {
-                front.advance(n);
+            if n < self.head.len() {
+                self.head.advance(n);
                 return;
             }
-            n -= front.len();
-            self.parts.pop_front();
+            n -= self.head.len();
+            self.next_part();
+            if self.head.is_empty() {
+                return; // nothing left (unreachable: `len` counts every part)
+            }
         }
     }
 
     fn copy_to_bytes(&mut self, len: usize) -> Bytes {
-        match self.parts.front_mut() {
-            Some(front) if front.len() >= len => {
-                let out = front.split_to(len);
-                if front.is_empty() {
-                    self.parts.pop_front();
-                }
-                self.len -= len;
-                out
+        if self.head.len() >= len {
+            let out = self.head.split_to(len);
+            if self.head.is_empty() {
+                self.next_part();
             }
-            _ => {
-                let mut out = BytesMut::with_capacity(len);
-                out.put((&mut *self).take(len));
-                out.freeze()
-            }
+            self.len -= len;
+            return out;
         }
+        let mut out = BytesMut::with_capacity(len);
+        out.put((&mut *self).take(len));
+        out.freeze()
     }
 }
 
@@ -277,7 +289,7 @@ impl FrameDecoder {
         }
         self.want = None;
         let mut body = std::mem::take(&mut self.pieces);
-        if body.parts.len() > 1 && len < ZERO_COPY_MIN {
+        if !body.rest.is_empty() && len < ZERO_COPY_MIN {
             // A small message across chunks: one copy makes it contiguous,
             // which prost reads faster than a chain of slices.
             body = body.to_bytes().into();
@@ -382,14 +394,15 @@ fn put_header(kind: u8, len: usize, out: &mut BytesMut) -> Result<(), FrameError
 
 /// Appends `message` as one frame.
 pub fn encode_message(message: &impl Message, out: &mut BytesMut) -> Result<(), FrameError> {
-    let len = message.encoded_len();
+    put_message(message, message.encoded_len(), out)
+}
+
+/// Appends `message`, whose encoding is `len` bytes, as one frame.
+fn put_message(message: &impl Message, len: usize, out: &mut BytesMut) -> Result<(), FrameError> {
     put_header(KIND_MESSAGE, len, out)?;
     out.reserve(len);
-    // Cannot fail: the room was reserved.
-    message.encode(out).map_err(|e| FrameError::Decode {
-        what: "message",
-        reason: e.to_string(),
-    })
+    message.encode_raw(out);
+    Ok(())
 }
 
 /// Appends an error frame: the stream's last.
@@ -427,21 +440,31 @@ impl FrameWriter {
 
     /// Appends `message` as one frame.
     pub fn message(&mut self, message: &impl Message) -> Result<(), FrameError> {
+        let len = message.encoded_len();
+        self.room(HEADER_LEN + len);
         let before = self.buf.len();
-        encode_message(message, &mut self.buf)?;
+        put_message(message, len, &mut self.buf)?;
         self.len += self.buf.len() - before;
         Ok(())
     }
 
+    /// At least `n` bytes of room in the buffer. It grows by `BUF_CHUNK` at
+    /// least: the frames written between two takes share one allocation,
+    /// rather than each small frame getting its own.
+    fn room(&mut self, n: usize) {
+        if self.buf.capacity() - self.buf.len() < n {
+            self.buf.reserve(n.max(BUF_CHUNK));
+        }
+    }
+
     /// Appends a `ToNode` frame, its payload uncopied when it is large. The
-    /// bytes are exactly prost's encoding of the message.
+    /// bytes are exactly prost's encoding of the message. Written field by
+    /// field, also for small payloads: prost clones a `Bytes` field to copy
+    /// it, and cloning a `Bytes` made from a `Vec` allocates.
     pub fn to_node(&mut self, message: &ToNode) -> Result<(), FrameError> {
         let Some(to_node::Kind::Sample(s)) = &message.kind else {
             return self.message(message);
         };
-        if s.payload.len() < ZERO_COPY_MIN {
-            return self.message(message);
-        }
         self.header(message.encoded_len())?;
         // ToNode.sample (field 1), then SampleRequest's fields in order.
         self.put(|b| {
@@ -464,15 +487,9 @@ impl FrameWriter {
     }
 
     /// Appends a `FromNode` frame, large answer payloads uncopied. The bytes
-    /// are exactly prost's encoding of the message.
+    /// are exactly prost's encoding of the message, written field by field
+    /// as in `to_node`.
     pub fn from_node(&mut self, message: &FromNode) -> Result<(), FrameError> {
-        if message
-            .answers
-            .iter()
-            .all(|a| a.payload.len() < ZERO_COPY_MIN)
-        {
-            return self.message(message);
-        }
         self.header(message.encoded_len())?;
         // FromNode's fields in order; each answer's too.
         self.put(|b| {
@@ -520,14 +537,17 @@ impl FrameWriter {
 
     /// A message frame's header, for a body of `len` bytes.
     fn header(&mut self, len: usize) -> Result<(), FrameError> {
+        self.room(HEADER_LEN);
         let before = self.buf.len();
         put_header(KIND_MESSAGE, len, &mut self.buf)?;
         self.len += self.buf.len() - before;
         Ok(())
     }
 
-    /// Appends what `write` puts into the buffer.
+    /// Appends what `write` puts into the buffer (keys, lengths and small
+    /// fields: a few dozen bytes, more only for first tokens and errors).
     fn put(&mut self, write: impl FnOnce(&mut BytesMut)) {
+        self.room(256);
         let before = self.buf.len();
         write(&mut self.buf);
         self.len += self.buf.len() - before;
@@ -690,6 +710,38 @@ mod tests {
             assert_eq!(all, expected.to_vec());
             assert_eq!(all.len(), HEADER_LEN + expected_len);
         }
+    }
+
+    #[test]
+    fn small_frames_encode_as_prost_does_into_one_buffer() {
+        let answers = FromNode {
+            answers: (0..3)
+                .map(|id| SampleAnswer {
+                    id,
+                    payload: Bytes::from(vec![id as u8; id as usize * 5]),
+                    codec: 0,
+                    n_tokens: 0,
+                    node_queue_ns: id,
+                    node_compute_ns: 7,
+                    node_send_ns: 0,
+                })
+                .collect(),
+            heartbeat: false,
+            ..FromNode::default()
+        };
+        let samples: Vec<ToNode> = (0..4).map(|id| sample(id, id as usize * 30, 0)).collect();
+        let mut w = FrameWriter::new();
+        let mut expected = BytesMut::new();
+        for m in &samples {
+            w.to_node(m).unwrap();
+            encode_message(m, &mut expected).unwrap();
+        }
+        w.from_node(&answers).unwrap();
+        encode_message(&answers, &mut expected).unwrap();
+        assert_eq!(w.len(), expected.len());
+        let chunks = w.take_chunks();
+        assert_eq!(chunks.len(), 1, "small frames are written into one buffer");
+        assert_eq!(chunks[0], expected.freeze());
     }
 
     #[test]

@@ -140,6 +140,10 @@ impl FromStr for NodeAddr {
 /// Default bound on one decoded answer: 1 GiB.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 1 << 30;
 
+/// Default bound on the samples one connection has under way (see
+/// [`QdlConfig::max_in_flight`]).
+pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16 << 10;
+
 /// Everything `Qdl::connect` needs besides the sample data.
 #[derive(Clone, Debug)]
 pub struct QdlConfig {
@@ -173,6 +177,11 @@ pub struct QdlConfig {
     /// Threads of the QDL's network runtime (at least 1); see
     /// [`default_io_threads`].
     pub io_threads: usize,
+    /// Samples one connection may have sent and not yet had answered; the
+    /// rest wait in its queue. Bounds the work under way when inputs are
+    /// small, where the node's flow-control windows (sized in bytes) would
+    /// not.
+    pub max_in_flight: u64,
 }
 
 /// Two network threads, but never more than leaves a core to the LoadGen's
@@ -199,6 +208,7 @@ impl Default for QdlConfig {
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             tls: None,
             io_threads: default_io_threads(),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }

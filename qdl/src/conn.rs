@@ -2,11 +2,8 @@
 //! turns the node's messages into completions, and the stall watchdog. Also
 //! the run's failure state, shared by every connection.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,7 +15,7 @@ use tokio::time::MissedTickBehavior;
 
 use crate::breakdown::{AnswerTimes, ConnTimings};
 use crate::trace::SampleTrace;
-use crate::transport::Inbound;
+use crate::transport::{InFlight, Inbound};
 
 /// Decodes a node's answer (or first token) in the timed path, the one
 /// post-processing step the rules allow, into at most `max_len` bytes. A
@@ -269,37 +266,14 @@ impl Conn {
     }
 }
 
-/// Response ids are distinct engine counters: a multiply-and-fold spreads
-/// them well at a fraction of SipHash's cost.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        let h = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 32);
-    }
-}
-
-/// Ids in flight and when each was sent.
-type IdMap = HashMap<u64, Instant, BuildHasherDefault<IdHasher>>;
-
 /// The receive side of one connection.
 pub(crate) struct Receiver {
     conn: Arc<Conn>,
     run: Arc<RunState>,
     inbound: Inbound,
-    /// Ids the transport took for sending (see `transport::Outgoing`).
-    sent_ids: std_mpsc::Receiver<(u64, Instant)>,
-    in_flight: IdMap,
+    /// The ids the transport took for sending (see `transport::Outgoing`);
+    /// told of every answer, so that the transport takes more samples.
+    window: Arc<InFlight>,
     /// Largest decoded answer or first token.
     max_answer: usize,
     /// When each answer of the message in hand was sent (kept to reuse).
@@ -312,7 +286,7 @@ impl Receiver {
         conn: Arc<Conn>,
         run: Arc<RunState>,
         inbound: Inbound,
-        sent_ids: std_mpsc::Receiver<(u64, Instant)>,
+        window: Arc<InFlight>,
         max_answer: usize,
         trace: Arc<OnceLock<SampleTrace>>,
     ) -> Self {
@@ -320,8 +294,7 @@ impl Receiver {
             conn,
             run,
             inbound,
-            sent_ids,
-            in_flight: IdMap::default(),
+            window,
             max_answer,
             sent_at: Vec::new(),
             trace,
@@ -342,6 +315,7 @@ impl Receiver {
                 Err(e) => break format!("stream error: {e}"),
             }
         };
+        self.window.close();
         if !self.run.closing() {
             self.run.fail(format!("{}: {reason}", self.conn.label));
         }
@@ -354,10 +328,6 @@ impl Receiver {
         if msg.first_tokens.is_empty() && msg.answers.is_empty() && msg.errors.is_empty() {
             return Ok(()); // a heartbeat: counting it is all the watchdog needs
         }
-        // Every id the node can know of was queued here before it was sent.
-        while let Ok((id, sent)) = self.sent_ids.try_recv() {
-            self.in_flight.insert(id, sent);
-        }
         let max = self.max_answer;
         // Bytes are counted before the completion, so that a test that has
         // ended sees them all.
@@ -367,11 +337,20 @@ impl Receiver {
         };
 
         if !msg.first_tokens.is_empty() {
-            let (mut bytes, mut decoded) = (0u64, 0u64);
-            for t in &mut msg.first_tokens {
-                if !self.in_flight.contains_key(&t.id) {
+            {
+                // Every id the node can know of was taken into the window
+                // before it was sent.
+                let in_flight = self.window.ids();
+                if let Some(t) = msg
+                    .first_tokens
+                    .iter()
+                    .find(|t| !in_flight.contains_key(&t.id))
+                {
                     return Err(never_sent("a first token", t.id));
                 }
+            }
+            let (mut bytes, mut decoded) = (0u64, 0u64);
+            for t in &mut msg.first_tokens {
                 bytes += t.payload.len() as u64;
                 t.payload = decode_wire(t.codec, std::mem::take(&mut t.payload), max)
                     .map_err(|e| format!("first token of response id {}: {e}", t.id))?;
@@ -390,13 +369,18 @@ impl Receiver {
         }
 
         if !msg.answers.is_empty() {
-            let (mut bytes, mut decoded) = (0u64, 0u64);
             self.sent_at.clear();
+            {
+                let mut in_flight = self.window.ids();
+                for a in &msg.answers {
+                    let Some(sent) = in_flight.remove(&a.id) else {
+                        return Err(never_sent("an answer", a.id));
+                    };
+                    self.sent_at.push(sent);
+                }
+            }
+            let (mut bytes, mut decoded) = (0u64, 0u64);
             for a in &mut msg.answers {
-                let Some(sent) = self.in_flight.remove(&a.id) else {
-                    return Err(never_sent("an answer", a.id));
-                };
-                self.sent_at.push(sent);
                 bytes += a.payload.len() as u64;
                 a.payload = decode_wire(a.codec, std::mem::take(&mut a.payload), max)
                     .map_err(|e| format!("answer for response id {}: {e}", a.id))?;
@@ -419,6 +403,7 @@ impl Receiver {
             let n = responses.len() as u64;
             counters.answers.fetch_add(n, Ordering::Relaxed);
             counters.done.fetch_add(n, Ordering::Relaxed);
+            self.window.answered(n);
             // Recorded once the engine has its answers.
             for (a, sent) in msg.answers.iter().zip(&self.sent_at) {
                 self.conn.timings.record(&AnswerTimes {
@@ -525,7 +510,6 @@ pub(crate) async fn watchdog(conn: Arc<Conn>, run: Arc<RunState>, deadlines: Dea
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
 
     #[test]
     fn answers_decode_within_the_limit() {
@@ -555,19 +539,5 @@ mod tests {
         }
         let e = decode_wire(99, b, 10).unwrap_err().to_string();
         assert!(e.contains("unknown codec value 99"), "{e}");
-    }
-
-    #[test]
-    fn id_hasher_spreads_strided_ids() {
-        // Ids of one connection under round-robin are strided; the low bits
-        // of the hash (the bucket index) must still vary.
-        let low: HashSet<u64> = (0..64u64)
-            .map(|i| {
-                let mut h = IdHasher::default();
-                h.write_u64(1 + 4 * i);
-                h.finish() & 63
-            })
-            .collect();
-        assert!(low.len() > 32, "{}", low.len());
     }
 }

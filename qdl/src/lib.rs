@@ -81,7 +81,10 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
-pub use config::{default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES};
+pub use config::{
+    default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_IN_FLIGHT,
+};
 pub use conn::{decode_output, Counters};
 pub use error::QdlError;
 pub use foreign::{ForeignLoadGen, ForeignSut};
@@ -89,7 +92,7 @@ pub use policy::DispatchPolicy;
 pub use proto::Codec;
 
 use conn::{Conn, Receiver, RunState};
-use transport::{Inbound, Link, Outgoing, Queued};
+use transport::{InFlight, Inbound, Link, Outgoing, Queued};
 
 /// How long dropping a `Qdl` waits for the nodes to end their streams after
 /// it ended its own.
@@ -254,7 +257,7 @@ struct Opened {
     session: SessionReply,
     queue: mpsc::UnboundedSender<Queued>,
     inbound: Inbound,
-    sent_ids: std_mpsc::Receiver<(u64, Instant)>,
+    window: Arc<InFlight>,
 }
 
 fn label(addr: &NodeAddr, name: Option<&str>) -> String {
@@ -317,7 +320,10 @@ impl Qdl {
                 config.input_codec,
                 config.connect_timeout,
                 config.tls.clone().map(Arc::new),
-                max_message(config.max_answer_bytes),
+                StreamLimits {
+                    max_message: max_message(config.max_answer_bytes),
+                    max_in_flight: config.max_in_flight,
+                },
             ),
         )
         .ok_or_else(|| QdlError::Config("the QDL's runtime stopped while connecting".into()))??;
@@ -354,7 +360,7 @@ impl Qdl {
                 conn.clone(),
                 run.clone(),
                 o.inbound,
-                o.sent_ids,
+                o.window,
                 config.max_answer_bytes,
                 trace.clone(),
             );
@@ -637,22 +643,15 @@ async fn open_all(
     input_codec: Codec,
     timeout: Duration,
     tls: Option<Arc<ClientTls>>,
-    max_message: usize,
+    limits: StreamLimits,
 ) -> Result<Vec<Opened>, QdlError> {
     let mut set = JoinSet::new();
     for (n, addr) in nodes.iter().enumerate() {
         for k in 0..per_node {
             let (addr, request, tls) = (addr.clone(), request.clone(), tls.clone());
             set.spawn(async move {
-                let r = open_one(
-                    &addr,
-                    request,
-                    input_codec,
-                    timeout,
-                    tls.as_deref(),
-                    max_message,
-                )
-                .await;
+                let r =
+                    open_one(&addr, request, input_codec, timeout, tls.as_deref(), limits).await;
                 (n * per_node + k, r)
             });
         }
@@ -676,11 +675,11 @@ async fn open_one(
     input_codec: Codec,
     timeout: Duration,
     tls: Option<&ClientTls>,
-    max_message: usize,
+    limits: StreamLimits,
 ) -> Result<Opened, QdlError> {
     let node = label(addr, None);
     let late = |what: &str| format!("no {what} within {timeout:?}");
-    let connect = Link::connect(addr, tls, timeout, max_message);
+    let connect = Link::connect(addr, tls, timeout, limits.max_message);
     let link = match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return Err(QdlError::Connect { node, reason: e.0 }),
@@ -709,20 +708,29 @@ async fn open_one(
     check_session(&node, &session, input_codec)?;
 
     let (queue, queued) = mpsc::unbounded_channel();
-    let (ids_tx, sent_ids) = std_mpsc::channel();
-    let inbound =
-        match tokio::time::timeout(timeout, link.open(Outgoing::new(queued, ids_tx))).await {
-            Ok(Ok(i)) => i,
-            Ok(Err(e)) => return Err(rpc_err(&node, "opening the Infer stream", e.0)),
-            Err(_) => return Err(rpc_err(&node, "opening the Infer stream", late("reply"))),
-        };
+    let window = Arc::new(InFlight::new(limits.max_in_flight));
+    let outgoing = Outgoing::new(queued, window.clone());
+    let inbound = match tokio::time::timeout(timeout, link.open(outgoing)).await {
+        Ok(Ok(i)) => i,
+        Ok(Err(e)) => return Err(rpc_err(&node, "opening the Infer stream", e.0)),
+        Err(_) => return Err(rpc_err(&node, "opening the Infer stream", late("reply"))),
+    };
     Ok(Opened {
         link,
         session,
         queue,
         inbound,
-        sent_ids,
+        window,
     })
+}
+
+/// The bounds of one connection's data stream.
+#[derive(Clone, Copy)]
+struct StreamLimits {
+    /// Largest message accepted from the node.
+    max_message: usize,
+    /// Samples taken for sending and not yet answered (see `InFlight`).
+    max_in_flight: u64,
 }
 
 fn check_session(node: &str, s: &SessionReply, input_codec: Codec) -> Result<(), QdlError> {

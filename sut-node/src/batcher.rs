@@ -228,6 +228,8 @@ fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, bool)) {
             }
             let timeout = match state.oldest() {
                 None => None,
+                // No wait to fill a batch: what is queued runs now.
+                Some(_) if max_wait.is_zero() => break,
                 Some(oldest) => {
                     let left = (oldest + max_wait).saturating_duration_since(Instant::now());
                     if left.is_zero() {

@@ -101,6 +101,30 @@ fn every_scenario_performance_and_accuracy_over_three_nodes() {
 }
 
 #[test]
+fn a_window_of_three_samples_in_flight_still_answers_every_sample() {
+    // Every sample waits for room: the transport's task is parked and woken
+    // by the answers thousands of times, on both nodes' connections.
+    let nodes = nodes(&["w-one", "w-two"]);
+    let sut = sut_list(&nodes);
+    let sets = ["target_qps=20000", "min_duration=200"];
+    let out = scratch("window-acc");
+    let o = run(
+        &sut,
+        "Offline",
+        "AccuracyOnly",
+        &sets,
+        &out,
+        &["--max-in-flight", "3"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("logged answers match their samples"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
 fn duplicate_node_names_are_refused() {
     let nodes = nodes(&["twin", "twin"]);
     let out = scratch("dup");

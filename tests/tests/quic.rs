@@ -113,6 +113,22 @@ fn every_scenario_performance_and_accuracy_over_quic() {
 }
 
 #[test]
+fn a_window_of_three_samples_in_flight_over_quic() {
+    let node = SutNode::start("q-window", &[]);
+    let sut = quic_list(std::slice::from_ref(&node));
+    let pin = pins(std::slice::from_ref(&node));
+    let out = scratch("quic-window");
+    let extra = ["--tls-pin", pin.as_str(), "--max-in-flight", "3"];
+    let o = run(&sut, "Offline", "AccuracyOnly", OFFLINE, &extra, &out);
+    assert_ok(&o, "Offline");
+    assert!(
+        text(&o.stdout).contains("logged answers match their samples"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
 fn llm_first_tokens_travel_over_quic() {
     let node = SutNode::start(
         "q-llm",

@@ -166,6 +166,18 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
             !d.join("accuracy/mlperf_log_trace.json").exists(),
             "no empty trace files"
         );
+        // An audit's run directory holds only the MLPerf logs; its latency
+        // breakdown is kept beside the plan.
+        for t in ["TEST01", "TEST04"] {
+            assert!(
+                !d.join(t)
+                    .join("performance/run_1/mlperf_net_breakdown.json")
+                    .exists(),
+                "{s}/{t}"
+            );
+            let kept = dir.join(format!("run_extras/synthetic_sut/resnet/{s}/{t}"));
+            assert!(kept.join("mlperf_net_breakdown.json").is_file(), "{s}/{t}");
+        }
         assert!(out.contains(&format!("resnet {s}")), "{out}");
     }
     for s in SCENARIOS {
@@ -189,13 +201,16 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
     assert_eq!(system["system_name"], "synthetic_sut");
     assert!(dir.join("network.json").is_file() && root.join("src/README.md").is_file());
 
-    // Resumed with an accuracy script: no finished run is made again.
+    // Resumed with an accuracy script (the synthetic nodes' own check):
+    // no finished run is made again.
     let before = mtimes(&results);
-    std::fs::write(
-        &plan_path,
-        plan(&node.addr, "accuracy_command = \"echo accuracy=synthetic\""),
-    )
-    .unwrap();
+    let check = format!(
+        "accuracy_command = \"{} check-synthetic --accuracy-log {{accuracy_log}} \
+         --sample-bytes 64 --total-sample-count 256\"",
+        tests::binary("loadgen-node").display()
+    );
+    let described = format!("{check}\n[system_description]\nstatus = \"rdi\"\n");
+    std::fs::write(&plan_path, plan(&node.addr, &described)).unwrap();
     let o = loadgen(&["submission", &plan_arg, "--no-preflight"]);
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert!(
@@ -203,6 +218,11 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
         "a finished run was redone: {err}"
     );
     unchanged(&before);
+    let system: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("systems/synthetic_sut.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(system["status"], "rdi", "the plan's system_description");
     for s in SCENARIOS {
         let row = table_row(&out, s);
         assert!(row.contains("accuracy: done"), "{row}");
@@ -213,7 +233,8 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
     // one kept beside the plan. A third pass changes nothing.
     let acc = results.join("Offline/accuracy");
     let txt = std::fs::read_to_string(acc.join("accuracy.txt")).unwrap();
-    assert!(txt.starts_with("accuracy=synthetic\n\nhash="), "{txt}");
+    assert!(txt.starts_with("accuracy=100.000%, good="), "{txt}");
+    assert!(txt.contains("\n\nhash="), "{txt}");
     assert_eq!(txt.lines().filter(|l| l.starts_with("hash=")).count(), 1);
     let cut = std::fs::read(acc.join("mlperf_log_accuracy.json")).unwrap();
     let full = std::fs::read(
@@ -227,9 +248,40 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
         full.len()
     );
     assert_eq!(cut[..4096], full[..4096]);
-    assert!(results
-        .join("Offline/TEST01/accuracy/accuracy.txt")
-        .is_file());
+    let t01 =
+        std::fs::read_to_string(results.join("Offline/TEST01/accuracy/accuracy.txt")).unwrap();
+    assert!(t01.starts_with("accuracy=100.000%"), "{t01}");
+
+    // The check fails an answer that is not its sample's.
+    let tampered = dir.join("tampered.json");
+    let log = String::from_utf8(full.clone()).unwrap();
+    let at = log.find("\"data\" : \"").unwrap() + 10;
+    let flipped = if &log[at..at + 1] == "0" { "1" } else { "0" };
+    std::fs::write(
+        &tampered,
+        format!("{}{flipped}{}", &log[..at], &log[at + 1..]),
+    )
+    .unwrap();
+    let o = loadgen(&[
+        "check-synthetic",
+        "--accuracy-log",
+        tampered.to_str().unwrap(),
+        "--sample-bytes",
+        "64",
+        "--total-sample-count",
+        "256",
+    ]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.starts_with("accuracy=") && !out.starts_with("accuracy=100.000%"),
+        "{out}"
+    );
+    assert!(
+        text(&o.stderr).contains("not that of this sample's data"),
+        "{}",
+        text(&o.stderr)
+    );
     let o = loadgen(&["submission", &plan_arg, "--no-preflight"]);
     check_row(
         &results.join("Offline"),
@@ -252,6 +304,21 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains("plan.toml: benchmark 1: unknown benchmark `resnet5O`"),
+        "{err}"
+    );
+    std::fs::write(
+        &plan_path,
+        plan(
+            &node.addr,
+            "[system_description]\naccelerators_per_node = 8\n",
+        ),
+    )
+    .unwrap();
+    let o = loadgen(&["submission", &plan_arg]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("system_description.accelerators_per_node must be a string"),
         "{err}"
     );
     let port = std::net::TcpListener::bind("127.0.0.1:0")

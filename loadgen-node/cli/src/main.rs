@@ -9,7 +9,7 @@ use loadgen_cli::audit::{audit, AuditArgs};
 use loadgen_cli::engines::run;
 use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::report::ReportArgs;
-use loadgen_cli::run::RunArgs;
+use loadgen_cli::run::{check_synthetic, CheckSyntheticArgs, RunArgs};
 use loadgen_cli::submission::{submission, SubmissionArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -68,6 +68,13 @@ enum Command {
     /// what is missing, and the official checker's verdict given
     /// --inference. Exit status 6 when something is missing or failed.
     Submission(SubmissionArgs),
+    /// Check an accuracy log of synthetic sut-nodes.
+    ///
+    /// Every logged answer must be the synthetic function of its sample;
+    /// prints `accuracy=P%, good=G, total=T` as the accuracy scripts do, so
+    /// that a submission plan on synthetic nodes can use it as its
+    /// accuracy_command. Exit status 1 if any answer does not match.
+    CheckSynthetic(CheckSyntheticArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +87,7 @@ fn main() -> ExitCode {
         Some(Command::Audit(args)) => audit(args),
         Some(Command::Preflight(args)) => preflight(args),
         Some(Command::Submission(args)) => submission(args),
+        Some(Command::CheckSynthetic(args)) => check_synthetic(args),
         Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| ExitCode::SUCCESS),
         None => run(&cli.run),
     };

@@ -122,6 +122,14 @@ pub struct RunArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub qdl_threads: Option<usize>,
 
+    /// Samples one connection may have sent and not yet had answered; the
+    /// rest wait in the QDL's queue. The default keeps the node busy at any
+    /// rate this host can issue, while bounding the work under way with
+    /// small inputs (large ones are bounded by the node's flow control).
+    #[arg(long, value_name = "N", default_value_t = qdl::DEFAULT_MAX_IN_FLIGHT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_in_flight: u64,
+
     /// A sut-node with samples outstanding that sends nothing (no answer, no
     /// heartbeat) for this many seconds ends the run as INVALID.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
@@ -334,6 +342,7 @@ pub(crate) fn qdl_config(args: &RunArgs, qsl: &DataQsl) -> Result<QdlConfig> {
         input_codec: Codec::from(qsl.input_codec().kind),
         max_answer_bytes: args.max_answer_bytes,
         io_threads: args.qdl_threads.unwrap_or_else(qdl::default_io_threads),
+        max_in_flight: args.max_in_flight,
         ..QdlConfig::default()
     };
     if args.tls.tls_insecure {
@@ -361,38 +370,36 @@ pub(crate) fn connect(
         .context("cannot reach the sut-nodes")
 }
 
-/// The QSL of a network run: the --dataset directory, or the benchmark's
-/// synthetic data set.
-pub(crate) fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
-    let bench = benchmarks::find(&args.model);
-    let source = match (&args.dataset, args.sample_bytes) {
-        (Some(dir), _) => {
-            DataSource::npy_dir(dir).map_err(|e| anyhow::anyhow!("--dataset: {e}"))?
-        }
-        (None, bytes) => {
-            let sample_bytes = match (bytes, bench) {
+/// A run's data set from its flags: the `dataset` directory, or `model`'s
+/// synthetic data set (`sample_bytes` and `total` override the benchmark's).
+pub(crate) fn data_source(
+    model: &str,
+    dataset: Option<&Path>,
+    sample_bytes: Option<usize>,
+    total: Option<usize>,
+) -> Result<DataSource> {
+    let bench = benchmarks::find(model);
+    let source = match dataset {
+        Some(dir) => DataSource::npy_dir(dir).map_err(|e| anyhow::anyhow!("--dataset: {e}"))?,
+        None => {
+            let sample_bytes = match (sample_bytes, bench) {
                 (Some(b), _) => b,
                 (None, Some(b)) => b.input_bytes,
                 (None, None) => bail!(
-                    "--model {}: not a benchmark this node knows ({}); give --dataset DIR or --sample-bytes N",
-                    args.model,
+                    "--model {model}: not a benchmark this node knows ({}); give --dataset DIR or --sample-bytes N",
                     benchmarks::names().join(", ")
                 ),
             };
-            let total = args
-                .total_sample_count
-                .or(bench.map(|b| b.total_samples))
-                .unwrap_or(1024);
             DataSource::Synthetic {
                 sample_bytes,
-                total,
+                total: total.or(bench.map(|b| b.total_samples)).unwrap_or(1024),
             }
         }
     };
     if source.total() == 0 {
         bail!("the data set has no samples");
     }
-    if let (Some(n), DataSource::NpyDir { files, .. }) = (args.total_sample_count, &source) {
+    if let (Some(n), DataSource::NpyDir { files, .. }) = (total, &source) {
         if n != files.len() {
             bail!(
                 "--total-sample-count {n} but --dataset has {} .npy files",
@@ -400,11 +407,76 @@ pub(crate) fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
             );
         }
     }
+    Ok(source)
+}
+
+/// The QSL of a network run: the --dataset directory, or the benchmark's
+/// synthetic data set.
+pub(crate) fn network_qsl(args: &RunArgs) -> Result<DataQsl> {
+    let source = data_source(
+        &args.model,
+        args.dataset.as_deref(),
+        args.sample_bytes,
+        args.total_sample_count,
+    )?;
+    let bench = benchmarks::find(&args.model);
     let performance = args
         .performance_sample_count
         .or(bench.map(|b| b.performance_samples))
         .unwrap_or(source.total());
     Ok(DataQsl::new(source, performance).with_input_codec(args.input_codec))
+}
+
+/// `loadgen-node check-synthetic`: the accuracy script of synthetic
+/// sut-nodes.
+#[derive(clap::Args, Debug)]
+pub struct CheckSyntheticArgs {
+    /// The accuracy run's mlperf_log_accuracy.json.
+    #[arg(long, value_name = "FILE")]
+    pub accuracy_log: PathBuf,
+    /// The benchmark the run used (its synthetic data set).
+    #[arg(long, default_value = "resnet50")]
+    pub model: String,
+    /// The run's --sample-bytes, if it gave one.
+    #[arg(long, value_name = "BYTES")]
+    pub sample_bytes: Option<usize>,
+    /// The run's --total-sample-count, if it gave one.
+    #[arg(long)]
+    pub total_sample_count: Option<usize>,
+    /// The run's --dataset, if it gave one.
+    #[arg(long, value_name = "DIR")]
+    pub dataset: Option<PathBuf>,
+}
+
+/// Checks every answer of an accuracy log against the synthetic function of
+/// its sample and prints the share that match in the accuracy scripts' form
+/// (`accuracy=P%, good=G, total=T`), so that a submission plan on synthetic
+/// nodes can name it as its accuracy_command. Exit status 1 if any answer
+/// does not match.
+pub fn check_synthetic(args: &CheckSyntheticArgs) -> Result<ExitCode> {
+    let data = data_source(
+        &args.model,
+        args.dataset.as_deref(),
+        args.sample_bytes,
+        args.total_sample_count,
+    )?;
+    let verdict = verify::check(&args.accuracy_log, &data)?;
+    let good = verdict.checked - verdict.mismatches.len();
+    let share = match verdict.checked {
+        0 => 0.0,
+        n => 100.0 * good as f64 / n as f64,
+    };
+    println!(
+        "accuracy={share:.3}%, good={good}, total={}",
+        verdict.checked
+    );
+    if verdict.passed() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (seq, idx, why) in verdict.mismatches.iter().take(10) {
+        eprintln!("  seq_id {seq}, qsl_idx {idx}: {why}");
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 pub(crate) fn verify_synthetic(accuracy_log: &Path, data: &DataSource) -> Result<bool> {

@@ -16,6 +16,10 @@
 //! run_flags = ["--connections-per-node", "4"]   # for every run
 //! inference = "/path/to/mlcommons/inference"    # optional: the checker
 //!
+//! [system_description]            # optional: fields of systems/<system>.json
+//! status = "available"            # (written over what the tool fills in)
+//! accelerator_model_name = "..."
+//!
 //! [[benchmark]]
 //! model = "resnet50"
 //! scenarios = ["Offline", "Server", "SingleStream", "MultiStream"]
@@ -89,6 +93,9 @@ pub struct Plan {
     pub inference: Option<PathBuf>,
     pub checker_version: String,
     pub benchmarks: Vec<PlanBenchmark>,
+    /// Fields of the system description set by the plan (`status`, the
+    /// processor, the accelerators...): written over what the tool fills.
+    pub system_fields: Map<String, serde_json::Value>,
 }
 
 /// The checker's benchmark name of each model this node knows.
@@ -160,6 +167,7 @@ impl Plan {
             "checker_version",
             "benchmark",
             "engine",
+            "system_description",
         ];
         for k in t.keys() {
             if !KEYS.contains(&k.as_str()) {
@@ -185,6 +193,19 @@ impl Plan {
         let Some(toml::Value::Array(entries)) = t.get("benchmark") else {
             bail!("{name}: no [[benchmark]] entries");
         };
+        let mut system_fields = Map::new();
+        match t.get("system_description") {
+            None => {}
+            Some(toml::Value::Table(fields)) => {
+                for (k, v) in fields {
+                    let toml::Value::String(v) = v else {
+                        bail!("{name}: system_description.{k} must be a string");
+                    };
+                    system_fields.insert(k.clone(), json!(v));
+                }
+            }
+            Some(_) => bail!("{name}: `system_description` must be a table of strings"),
+        }
         let mut benchmarks = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             let what = format!("{name}: benchmark {}", i + 1);
@@ -208,6 +229,7 @@ impl Plan {
                 .map(PathBuf::from),
             checker_version: text("checker_version", Some("v6.1"))?,
             benchmarks,
+            system_fields,
         })
     }
 
@@ -231,6 +253,16 @@ impl Plan {
     pub fn full_logs_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
         self.base
             .join("accuracy_logs_full")
+            .join(&self.system)
+            .join(&b.benchmark)
+            .join(s.as_str())
+    }
+
+    /// Where the files of the audit runs that the checker does not allow
+    /// in the tree (the latency breakdown) are kept: beside the plan.
+    pub fn extras_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
+        self.base
+            .join("run_extras")
             .join(&self.system)
             .join(&b.benchmark)
             .join(s.as_str())
@@ -614,16 +646,27 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
         }
     }
     finalize_accuracy(&accuracy_dir(&dir), &backup)?;
-    tidy(&dir);
+    tidy(&dir, &plan.extras_dir(b, s))?;
     Ok(Row { what, cells, valid })
 }
 
-/// Removes the empty trace files of runs made without a trace: the checker
-/// refuses empty files.
-fn tidy(dir: &Path) {
+/// Removes the empty trace files of runs made without a trace (the checker
+/// refuses empty files), and moves the latency breakdown of the audit runs
+/// to `extras` (the checker allows only the MLPerf logs there).
+fn tidy(dir: &Path, extras: &Path) -> Result<()> {
     let mut dirs = vec![accuracy_dir(dir), performance_dir(dir)];
     for t in AuditTest::ALL {
-        dirs.push(performance_dir(&dir.join(t.name())));
+        let run = performance_dir(&dir.join(t.name()));
+        let breakdown = run.join(crate::breakdown::FILE);
+        if breakdown.is_file() {
+            let to = extras.join(t.name());
+            std::fs::create_dir_all(&to)
+                .and_then(|()| std::fs::rename(&breakdown, to.join(crate::breakdown::FILE)))
+                .with_context(|| {
+                    format!("cannot move {} to {}", breakdown.display(), to.display())
+                })?;
+        }
+        dirs.push(run);
     }
     for d in dirs {
         let trace = d.join("mlperf_log_trace.json");
@@ -631,6 +674,7 @@ fn tidy(dir: &Path) {
             let _ = std::fs::remove_file(trace);
         }
     }
+    Ok(())
 }
 
 /// A system description with every field the checker requires: the known
@@ -641,7 +685,7 @@ fn ensure_system_json(plan: &Plan) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     if path.exists() {
-        return Ok(());
+        return preflight::merge_system_json(&path, &plan.system_fields);
     }
     let mut m = Map::new();
     for k in [
@@ -687,6 +731,7 @@ fn ensure_system_json(plan: &Plan) -> Result<()> {
         "number_of_nodes".into(),
         json!(plan.sut.split(',').count().to_string()),
     );
+    m.extend(plan.system_fields.clone());
     preflight::merge_system_json(&path, &m)
 }
 
@@ -725,6 +770,19 @@ fn run_checker(plan: &Plan, inference: &Path) -> Result<bool> {
         .filter(|l| l.contains("ERROR") || l.contains("SUMMARY") || l.contains("Results"))
     {
         println!("  {l}");
+    }
+    if !text.contains("SUMMARY:") {
+        // It stopped before its verdict (a Python exception, say): its last
+        // line says why, often a system description field left to fill in.
+        let last = text
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or("no output");
+        println!(
+            "  the checker stopped without a verdict: {} (whole output in {})",
+            last.trim(),
+            base.join("checker.log").display()
+        );
     }
     std::fs::write(base.join("checker.log"), &text)?;
     Ok(text.contains("SUMMARY: submission looks OK"))

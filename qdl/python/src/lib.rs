@@ -231,6 +231,7 @@ impl PyQdl {
         connect_timeout = 10.0,
         max_answer_bytes = qdl::DEFAULT_MAX_ANSWER_BYTES,
         io_threads = None,
+        max_in_flight = qdl::DEFAULT_MAX_IN_FLIGHT,
         tls_pin = Vec::new(),
         tls_ca = None,
         tls_insecure = false,
@@ -252,6 +253,7 @@ impl PyQdl {
         connect_timeout: f64,
         max_answer_bytes: usize,
         io_threads: Option<usize>,
+        max_in_flight: u64,
         tls_pin: Vec<String>,
         tls_ca: Option<String>,
         tls_insecure: bool,
@@ -296,6 +298,7 @@ impl PyQdl {
                 tls_client_key,
             )?,
             io_threads: io_threads.unwrap_or_else(qdl::default_io_threads),
+            max_in_flight: max_in_flight.max(1),
         };
         let loadgen = Arc::new(PythonLoadGen::import(py)?);
         let samples = Arc::new(Samples::default());
