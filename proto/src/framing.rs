@@ -564,6 +564,7 @@ impl FrameWriter {
             encode_varint(payload.len() as u64, b);
         });
         if payload.len() < ZERO_COPY_MIN {
+            self.room(payload.len());
             self.put(|b| b.put_slice(payload));
             return;
         }

@@ -340,11 +340,11 @@ impl Receiver {
             {
                 // Every id the node can know of was taken into the window
                 // before it was sent.
-                let in_flight = self.window.ids();
+                let window = self.window.lock();
                 if let Some(t) = msg
                     .first_tokens
                     .iter()
-                    .find(|t| !in_flight.contains_key(&t.id))
+                    .find(|t| !window.ids.contains_key(&t.id))
                 {
                     return Err(never_sent("a first token", t.id));
                 }
@@ -370,14 +370,18 @@ impl Receiver {
 
         if !msg.answers.is_empty() {
             self.sent_at.clear();
-            {
-                let mut in_flight = self.window.ids();
+            let waker = {
+                let mut window = self.window.lock();
                 for a in &msg.answers {
-                    let Some(sent) = in_flight.remove(&a.id) else {
+                    let Some(sent) = window.ids.remove(&a.id) else {
                         return Err(never_sent("an answer", a.id));
                     };
                     self.sent_at.push(sent);
                 }
+                window.waker_to_wake(self.window.limit())
+            };
+            if let Some(w) = waker {
+                w.wake();
             }
             let (mut bytes, mut decoded) = (0u64, 0u64);
             for a in &mut msg.answers {
@@ -403,7 +407,6 @@ impl Receiver {
             let n = responses.len() as u64;
             counters.answers.fetch_add(n, Ordering::Relaxed);
             counters.done.fetch_add(n, Ordering::Relaxed);
-            self.window.answered(n);
             // Recorded once the engine has its answers.
             for (a, sent) in msg.answers.iter().zip(&self.sent_at) {
                 self.conn.timings.record(&AnswerTimes {

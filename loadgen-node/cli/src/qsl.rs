@@ -66,9 +66,13 @@ impl DataSource {
                     .map(|a| a.data)
                     .map_err(|e| SutError(e.to_string()))
             }
-            DataSource::Synthetic { sample_bytes, .. } => {
-                Ok(synthetic_sample(index, *sample_bytes))
-            }
+            DataSource::Synthetic {
+                sample_bytes,
+                total,
+            } => match index < *total {
+                true => Ok(synthetic_sample(index, *sample_bytes)),
+                false => Err(SutError(format!("sample {index} is not in the data set"))),
+            },
         }
     }
 

@@ -438,7 +438,8 @@ pub struct CheckSyntheticArgs {
     #[arg(long, default_value = "resnet50")]
     pub model: String,
     /// The run's --sample-bytes, if it gave one.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     pub sample_bytes: Option<usize>,
     /// The run's --total-sample-count, if it gave one.
     #[arg(long)]
@@ -473,10 +474,15 @@ pub fn check_synthetic(args: &CheckSyntheticArgs) -> Result<ExitCode> {
     if verdict.passed() {
         return Ok(ExitCode::SUCCESS);
     }
+    print_mismatches(&verdict);
+    Ok(ExitCode::FAILURE)
+}
+
+/// The first mismatches of a failed synthetic check, on stderr.
+fn print_mismatches(verdict: &verify::Verdict) {
     for (seq, idx, why) in verdict.mismatches.iter().take(10) {
         eprintln!("  seq_id {seq}, qsl_idx {idx}: {why}");
     }
-    Ok(ExitCode::FAILURE)
 }
 
 pub(crate) fn verify_synthetic(accuracy_log: &Path, data: &DataSource) -> Result<bool> {
@@ -493,9 +499,7 @@ pub(crate) fn verify_synthetic(accuracy_log: &Path, data: &DataSource) -> Result
         verdict.mismatches.len(),
         verdict.checked
     );
-    for (seq, idx, why) in verdict.mismatches.iter().take(10) {
-        eprintln!("  seq_id {seq}, qsl_idx {idx}: {why}");
-    }
+    print_mismatches(&verdict);
     Ok(false)
 }
 

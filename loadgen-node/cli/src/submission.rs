@@ -251,18 +251,19 @@ impl Plan {
     /// once the tree's copies are truncated: beside the plan, outside the
     /// tree.
     pub fn full_logs_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
-        self.base
-            .join("accuracy_logs_full")
-            .join(&self.system)
-            .join(&b.benchmark)
-            .join(s.as_str())
+        self.beside_plan("accuracy_logs_full", b, s)
     }
 
     /// Where the files of the audit runs that the checker does not allow
     /// in the tree (the latency breakdown) are kept: beside the plan.
     pub fn extras_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
+        self.beside_plan("run_extras", b, s)
+    }
+
+    /// `<plan's directory>/<folder>/<system>/<benchmark>/<scenario>`.
+    fn beside_plan(&self, folder: &str, b: &PlanBenchmark, s: Scenario) -> PathBuf {
         self.base
-            .join("run_extras")
+            .join(folder)
             .join(&self.system)
             .join(&b.benchmark)
             .join(s.as_str())

@@ -11,7 +11,6 @@ mod tls;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -148,10 +147,13 @@ impl Stream for Outgoing {
     type Item = ToNode;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToNode>> {
-        if self.window.poll_room(cx).is_pending() {
+        let this = &mut *self;
+        let mut window = this.window.lock();
+        if !window.has_room(this.window.limit) {
+            window.waiting = Some(cx.waker().clone());
             return Poll::Pending;
         }
-        let polled = self.queue.poll_recv(cx);
+        let polled = this.queue.poll_recv(cx);
         if let Poll::Ready(Some((
             ToNode {
                 kind: Some(to_node::Kind::Sample(s)),
@@ -159,7 +161,7 @@ impl Stream for Outgoing {
             sent,
         ))) = &polled
         {
-            self.window.took(s.id, *sent);
+            window.ids.insert(s.id, *sent);
         }
         polled.map(|m| m.map(|(msg, _)| msg))
     }
@@ -190,98 +192,70 @@ impl Hasher for IdHasher {
 pub(crate) type IdMap = HashMap<u64, Instant, BuildHasherDefault<IdHasher>>;
 
 /// How many samples one connection may have taken for sending and not yet
-/// had answered; the rest wait in its queue. The node's flow-control windows
-/// are sized in bytes for large inputs: with small inputs they would let
-/// hundreds of thousands of samples be under way at once, to no gain in
-/// throughput, and the per-sample bookkeeping of both ends would no longer
-/// fit the caches.
+/// had answered, and which; the rest wait in its queue. The node's
+/// flow-control windows are sized in bytes for large inputs: with small
+/// inputs they would let hundreds of thousands of samples be under way at
+/// once, to no gain in throughput, and the per-sample bookkeeping of both
+/// ends would no longer fit the caches.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    /// The ids taken and not yet answered: added by the transport's task,
-    /// taken out by the receive side.
-    ids: Mutex<IdMap>,
-    limit: u64,
-    /// Written by the transport's task only.
-    taken: AtomicU64,
-    /// Written by the receive side only.
-    answered: AtomicU64,
-    /// The transport's task, when the window is full.
-    waiting: AtomicBool,
-    waker: Mutex<Option<Waker>>,
+    limit: usize,
+    state: Mutex<Window>,
+}
+
+/// What the transport's task and the receive side share.
+#[derive(Debug, Default)]
+pub(crate) struct Window {
+    /// The ids taken and not yet answered, and when each was issued.
+    pub(crate) ids: IdMap,
+    /// The transport's task, waiting for room.
+    waiting: Option<Waker>,
     /// The receive side has ended: no limit any more.
-    closed: AtomicBool,
+    closed: bool,
+}
+
+impl Window {
+    fn has_room(&self, limit: usize) -> bool {
+        self.closed || self.ids.len() < limit
+    }
+
+    /// The waiting task, once a quarter of the window is free: woken then
+    /// rather than at every answer, it takes samples in runs.
+    #[must_use = "wake the task after unlocking"]
+    pub(crate) fn waker_to_wake(&mut self, limit: usize) -> Option<Waker> {
+        if self.closed || self.ids.len() <= limit - limit / 4 {
+            self.waiting.take()
+        } else {
+            None
+        }
+    }
 }
 
 impl InFlight {
     pub(crate) fn new(limit: u64) -> Self {
         Self {
-            ids: Mutex::default(),
-            limit: limit.max(1),
-            taken: AtomicU64::new(0),
-            answered: AtomicU64::new(0),
-            waiting: AtomicBool::new(false),
-            waker: Mutex::new(None),
-            closed: AtomicBool::new(false),
+            limit: usize::try_from(limit).unwrap_or(usize::MAX).max(1),
+            state: Mutex::default(),
         }
     }
 
-    fn in_flight(&self) -> u64 {
-        let answered = self.answered.load(Ordering::SeqCst);
-        self.taken.load(Ordering::SeqCst).saturating_sub(answered)
+    /// The window, locked: the receive side takes each message's answers
+    /// out under one lock, then wakes what [`Window::waker_to_wake`] gives.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Window> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn has_room(&self) -> bool {
-        self.in_flight() < self.limit || self.closed.load(Ordering::SeqCst)
-    }
-
-    /// Ready when a sample may be taken; otherwise the task is woken once a
-    /// quarter of the window is free again.
-    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.has_room() {
-            return Poll::Ready(());
-        }
-        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
-        self.waiting.store(true, Ordering::SeqCst);
-        // Answers that came in meanwhile would not have seen `waiting`.
-        if self.has_room() {
-            self.waiting.store(false, Ordering::SeqCst);
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
-
-    fn took(&self, id: u64, sent: Instant) {
-        self.ids().insert(id, sent);
-        self.taken.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The ids in flight, for the receive side to check and take answers
-    /// from (one lock per message it handles).
-    pub(crate) fn ids(&self) -> MutexGuard<'_, IdMap> {
-        self.ids.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// `n` samples were answered (or failed).
-    pub(crate) fn answered(&self, n: u64) {
-        self.answered.fetch_add(n, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) && self.in_flight() <= self.limit - self.limit / 4 {
-            self.wake();
-        }
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
     }
 
     /// The receive side has ended: the transport may take everything left.
     pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.wake();
-    }
-
-    fn wake(&self) {
-        self.waiting.store(false, Ordering::SeqCst);
-        let waker = self
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let waker = {
+            let mut w = self.lock();
+            w.closed = true;
+            w.waiting.take()
+        };
         if let Some(w) = waker {
             w.wake();
         }
@@ -291,6 +265,7 @@ impl InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::task::Wake;
 
     /// Counts its wake-ups.
@@ -307,44 +282,85 @@ mod tests {
         c.0.load(Ordering::SeqCst)
     }
 
+    /// An `Outgoing` over a window of `limit`, its queue's sender, and the
+    /// wake-ups of the task polling it.
+    fn outgoing(limit: u64) -> (Outgoing, mpsc::UnboundedSender<Queued>, Arc<Count>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let out = Outgoing::new(rx, Arc::new(InFlight::new(limit)));
+        (out, tx, Arc::new(Count::default()))
+    }
+
+    fn sample(id: u64) -> Queued {
+        let request = proto::SampleRequest {
+            id,
+            ..Default::default()
+        };
+        let msg = ToNode {
+            kind: Some(to_node::Kind::Sample(request)),
+        };
+        (msg, Instant::now())
+    }
+
+    fn poll(out: &mut Outgoing, count: &Arc<Count>) -> Poll<Option<ToNode>> {
+        let waker = Waker::from(count.clone());
+        Pin::new(out).poll_next(&mut Context::from_waker(&waker))
+    }
+
+    /// The receive side's part: answers `ids`, then wakes what it must.
+    fn answer(out: &Outgoing, ids: &[u64]) {
+        let waker = {
+            let mut w = out.window.lock();
+            for id in ids {
+                assert!(w.ids.remove(id).is_some(), "{id} in flight");
+            }
+            w.waker_to_wake(out.window.limit())
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     #[test]
     fn a_full_window_waits_until_a_quarter_is_answered() {
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(count.clone());
-        let mut cx = Context::from_waker(&waker);
-        let w = InFlight::new(8);
-        for id in 0..8 {
-            assert!(w.poll_room(&mut cx).is_ready());
-            w.took(id, Instant::now());
+        let (mut out, tx, count) = outgoing(8);
+        for id in 0..10 {
+            tx.send(sample(id)).unwrap();
         }
-        assert!(w.poll_room(&mut cx).is_pending());
-        w.answered(1);
-        assert_eq!(woken(&count), 0, "7 of 8 under way: not yet");
-        assert!(w.poll_room(&mut cx).is_ready(), "but a sample may go");
-        w.took(8, Instant::now());
-        assert!(w.poll_room(&mut cx).is_pending());
-        w.answered(2);
+        for _ in 0..8 {
+            assert!(poll(&mut out, &count).is_ready());
+        }
+        assert!(poll(&mut out, &count).is_pending(), "8 under way: full");
+        answer(&out, &[0]);
+        assert_eq!(woken(&count), 0, "7 of 8 under way: not yet woken");
+        assert!(poll(&mut out, &count).is_ready(), "but a sample may go");
+        assert!(poll(&mut out, &count).is_pending());
+        answer(&out, &[1, 2]);
         assert_eq!(woken(&count), 1, "6 of 8 under way: woken");
-        w.answered(2);
+        answer(&out, &[3]);
         assert_eq!(woken(&count), 1, "woken once per wait");
-        assert!(w.poll_room(&mut cx).is_ready());
+        assert!(poll(&mut out, &count).is_ready());
+        assert_eq!(out.window.lock().ids.len(), 6);
     }
 
     #[test]
     fn a_closed_window_has_no_limit_and_wakes_its_waiter() {
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(count.clone());
-        let mut cx = Context::from_waker(&waker);
-        let w = InFlight::new(1);
-        w.took(0, Instant::now());
-        assert!(w.poll_room(&mut cx).is_pending());
-        w.close();
-        assert_eq!(woken(&count), 1);
-        for id in 1..4 {
-            assert!(w.poll_room(&mut cx).is_ready());
-            w.took(id, Instant::now());
+        let (mut out, tx, count) = outgoing(1);
+        for id in 0..4 {
+            tx.send(sample(id)).unwrap();
         }
-        assert_eq!(w.ids().len(), 4);
+        assert!(poll(&mut out, &count).is_ready());
+        assert!(poll(&mut out, &count).is_pending());
+        out.window.close();
+        assert_eq!(woken(&count), 1);
+        for _ in 1..4 {
+            assert!(poll(&mut out, &count).is_ready());
+        }
+        drop(tx);
+        assert!(
+            matches!(poll(&mut out, &count), Poll::Ready(None)),
+            "the queue's end"
+        );
+        assert_eq!(out.window.lock().ids.len(), 4);
     }
 
     #[test]
