@@ -60,6 +60,7 @@ pub mod detail;
 pub mod early_stopping;
 mod effective;
 mod escape;
+mod issue;
 pub mod live;
 pub mod loadable;
 pub mod null_sut;

@@ -1,9 +1,11 @@
 //! `start_test`: runs a whole test against a SUT and a QSL and writes the
 //! four MLPerf logs (`loadgen.cc`: `StartTest`, `RunPerformanceMode`, `RunAccuracyMode`, `FindPeakPerformanceMode`, `IssueQueries`).
 //!
-//! The issuing loop is the only timed code here: take the next generated
-//! query, wait until it is due, publish its samples, hand them to the SUT,
-//! check the stop rules. Everything else is bookkeeping around it.
+//! A series reads top to bottom in `Test::run_series`: log the generation
+//! plan, issue (the timed loop, module `issue`, which writes no logs),
+//! record why issuing stopped, account for the queries never issued, wait
+//! for the answers, then log the series' end. Everything else here is setting
+//! a test up, running its phases and writing the logs.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -15,22 +17,23 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::accuracy_log::AccuracyLog;
 use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig, SeriesData};
 use crate::clock::{self, Clock, MonoClock};
-use crate::completion::{Completer, Ring};
+use crate::completion::Ring;
 use crate::config::{self, ConfigFile};
 use crate::detail::{DetailLog, Location, LogValue};
 use crate::escape::json_escaped;
 use crate::here;
+use crate::issue::{Issued, Issuer};
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
 use crate::number_format::fixed6;
-use crate::querygen::{QueryGenerator, RunKind};
+use crate::querygen::{GenerationPlan, QueryGenerator, RunKind};
 use crate::report::{build_report, PerformanceReport};
 use crate::results::SeriesMeasurements;
-use crate::sequence::{AccuracySampling, Sequencer};
+use crate::sequence::Sequencer;
 use crate::settings::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use crate::settings_log;
 use crate::summary::{self, BANNER};
-use crate::sut::{QuerySample, QuerySampleLibrary, SystemUnderTest};
+use crate::sut::{QuerySampleLibrary, SystemUnderTest};
 use crate::trace::TraceLog;
 
 /// Where and how the logs are written (`test_settings.h`, `LogSettings`).
@@ -700,7 +703,60 @@ impl<'a> Test<'a> {
         set: &LoadableSet,
         kind: RunKind,
     ) -> Result<SeriesOutcome, RunError> {
+        let accuracy = kind == RunKind::Accuracy;
         let plan = QueryGenerator::plan(eff, set, kind);
+        self.log_plan(&plan)?;
+        let completer = self.completer();
+        completer.send(Event::Control(Control::BeginSeries(series_config(
+            eff,
+            plan.samples_per_query,
+        ))));
+
+        let issued = Issuer {
+            sut: self.sut,
+            clock: &*self.clock,
+            completer: &completer,
+            sequencer: &mut self.sequencer,
+            live: &self.live,
+            issued_before: self.issued_total,
+        }
+        .run(eff, set, kind);
+        self.issued_total += issued.samples_issued;
+        if let Some(stop) = &issued.stop {
+            self.log(stop.log_key(), stop.text.clone(), here!())?;
+        }
+        // Queries generated but never issued still consume sequence ids and
+        // accuracy-log draws, as in the official LoadGen's pre-generated list.
+        self.sequencer.skip(
+            plan.sample_count.saturating_sub(issued.generated_samples),
+            plan.query_count.saturating_sub(issued.generated_queries),
+        );
+
+        self.sut.flush_queries();
+        if !accuracy
+            && issued.stop.is_none()
+            && !completer.aborted()
+            && eff.scenario != Scenario::Server
+        {
+            self.log(
+                "error_runtime",
+                "Ending early: Ran out of generated queries to issue before the minimum query count and test duration were reached. Please update the relevant expected latency or target qps in the TestSettings so they are more accurate.",
+                here!(),
+            )?;
+        }
+        let data = self.collect_series(&completer, issued.last_query_seq)?;
+        self.log_series_end(eff, accuracy, &data, &issued)?;
+
+        Ok(SeriesOutcome {
+            data,
+            queries_issued: issued.queries_issued,
+            final_query_scheduled_ns: issued.last_scheduled_ns - issued.start_ns,
+            final_query_issued_ns: issued.last_issued_ns - issued.start_ns,
+        })
+    }
+
+    /// What the generator will produce, logged before issuing starts.
+    fn log_plan(&mut self, plan: &GenerationPlan) -> Result<(), RunError> {
         self.log("generated_query_count", plan.query_count, here!())?;
         self.log(
             "generated_samples_per_query",
@@ -710,184 +766,40 @@ impl<'a> Test<'a> {
         self.log("generated_query_duration", plan.duration_ns, here!())?;
         // On disk before issuing starts: a run that is killed or hangs still
         // shows its settings and how far it got.
-        self.detail.flush().map_err(io_err(&self.detail_path))?;
+        self.detail.flush().map_err(io_err(&self.detail_path))
+    }
 
-        let completer = self.completer();
-        // The SUT's handle on the same ring.
-        let handle = Completer::from(completer.clone());
-        let accuracy = kind == RunKind::Accuracy;
-        let scenario = eff.scenario;
-        let sampling = AccuracySampling::new(eff, accuracy);
-        let use_tokens = eff.use_token_latencies;
-        completer.send(Event::Control(Control::BeginSeries(SeriesConfig {
-            multi_stream_spq: (scenario == Scenario::MultiStream).then_some(plan.samples_per_query),
-            use_tokens,
-            first_token_expected: use_tokens && scenario != Scenario::Offline,
-            server_trace: scenario == Scenario::Server,
-            latency_bounds: (scenario == Scenario::Server).then_some(LatencyBounds {
-                latency_ns: eff.target_latency_ns as i64,
-                ttft_ns: eff.server_ttft_latency as i64,
-                tpot_ns: eff.server_tpot_latency as i64,
-            }),
-            live_percentile: eff.target_latency_percentile,
-        })));
-
-        let mut gen = QueryGenerator::new(eff, set, kind);
-        let mut indices = Vec::new();
-        let mut lookahead: Option<i64> = None;
-        let mut next_indices = Vec::new();
-        let mut samples: Vec<QuerySample> = Vec::new();
-        let mut generated_samples = 0u64;
-        let mut generated_queries = 0u64;
-        let mut queries_issued = 0u64;
-        let mut stopped = false;
-        let mut last = (0i64, 0i64, None::<u64>); // scheduled, issued, query seq
-        let series_first_completion = self.issued_total;
-        self.live.series_starting(!accuracy);
-        let clock = self.clock.clone();
-        let start = clock.now_ns();
-        let start_wall = SystemTime::now();
-        let target_latency = if scenario == Scenario::Server {
-            eff.target_latency_ns as i64
-        } else {
-            0
-        };
-        self.live.begin_series(
-            start,
-            !accuracy,
-            eff.target_latency_percentile,
-            target_latency,
-        );
-
-        loop {
-            let offset = match lookahead.take() {
-                Some(o) => {
-                    std::mem::swap(&mut indices, &mut next_indices);
-                    o
-                }
-                None => match gen.next_query(&mut indices) {
-                    Some(o) => o,
-                    None => break,
-                },
-            };
-            let (scheduled, issued) = match scenario {
-                Scenario::SingleStream | Scenario::MultiStream => {
-                    if !completer.wait_for(self.issued_total) {
-                        // Aborted: this query was generated but never issued.
-                        generated_queries += 1;
-                        generated_samples += indices.len() as u64;
-                        self.sequencer.skip_query(indices.len());
-                        break;
-                    }
-                    let now = clock.now_ns();
-                    (now, now)
-                }
-                Scenario::Server => {
-                    let due = start + offset;
-                    (due, clock.wait_until(due, &|| completer.aborted()))
-                }
-                Scenario::Offline => (start, clock.now_ns()),
-            };
-            if completer.aborted() {
-                generated_queries += 1;
-                generated_samples += indices.len() as u64;
-                self.sequencer.skip_query(indices.len());
-                break;
-            }
-
-            samples.clear();
-            self.publish(
-                &completer,
-                &sampling,
-                &indices,
-                scheduled,
-                issued,
-                &mut samples,
-            );
-            generated_queries += 1;
-            generated_samples += indices.len() as u64;
-            queries_issued += 1;
-            last = (scheduled, issued, self.sequencer.last_query_seq());
-
-            // Coalescing: overdue Server queries join this IssueQuery call,
-            // each keeping its own scheduled time.
-            if scenario == Scenario::Server && eff.server_coalesce_queries && !accuracy {
-                while let Some(o) = gen.next_query(&mut next_indices) {
-                    if start + o > issued {
-                        lookahead = Some(o);
-                        break;
-                    }
-                    self.publish(
-                        &completer,
-                        &sampling,
-                        &next_indices,
-                        start + o,
-                        issued,
-                        &mut samples,
-                    );
-                    generated_queries += 1;
-                    generated_samples += next_indices.len() as u64;
-                    queries_issued += 1;
-                    last = (start + o, issued, self.sequencer.last_query_seq());
-                }
-            }
-
-            self.sut.issue_query(&samples, &handle);
-            self.issued_total += samples.len() as u64;
-            self.live
-                .set_issued(self.issued_total - series_first_completion);
-
-            if accuracy {
-                continue;
-            }
-            if let Some(msg) = stop_rule(eff, queries_issued, issued - start, || {
-                completer.completed() - series_first_completion
-            }) {
-                stopped = true;
-                if msg.natural {
-                    self.log("generic_message", msg.text, here!())?;
-                } else {
-                    self.log("error_runtime", msg.text, here!())?;
-                }
-                break;
-            }
-        }
-
-        // Queries generated but never issued still consume sequence ids and
-        // accuracy-log draws, as in the official LoadGen's pre-generated list.
-        if let Some(o) = lookahead {
-            let _ = o;
-            generated_queries += 1;
-            generated_samples += next_indices.len() as u64;
-            self.sequencer.skip_query(next_indices.len());
-        }
-        let rest_samples = plan.sample_count.saturating_sub(generated_samples);
-        let rest_queries = plan.query_count.saturating_sub(generated_queries);
-        self.sequencer.skip(rest_samples, rest_queries);
-
-        self.sut.flush_queries();
-        if !accuracy && !stopped && !completer.aborted() && scenario != Scenario::Server {
-            self.log(
-                "error_runtime",
-                "Ending early: Ran out of generated queries to issue before the minimum query count and test duration were reached. Please update the relevant expected latency or target qps in the TestSettings so they are more accurate.",
-                here!(),
-            )?;
-        }
+    /// Waits for every answer of the series, then takes its measurements
+    /// from the aggregator.
+    fn collect_series(
+        &mut self,
+        completer: &Ring,
+        final_query_seq: Option<u64>,
+    ) -> Result<SeriesData, RunError> {
         completer.wait_for(self.issued_total);
         if let Some(reason) = completer.abort_reason() {
             if self.run_error.is_none() {
                 self.fail(format!("Run aborted: {reason}"), here!())?;
             }
         }
-
         let (tx, rx) = mpsc::channel();
         completer.send(Event::Control(Control::EndSeries {
-            final_query_seq: last.2,
+            final_query_seq,
             reply: tx,
         }));
-        let data = rx
-            .recv()
-            .map_err(|_| RunError::Aggregator("it stopped before the series ended".into()))?;
+        rx.recv()
+            .map_err(|_| RunError::Aggregator("it stopped before the series ended".into()))
+    }
+
+    /// The records that close a series: invalid responses, the logger's
+    /// counters, and the power window.
+    fn log_series_end(
+        &mut self,
+        eff: &EffectiveSettings,
+        accuracy: bool,
+        data: &SeriesData,
+        issued: &Issued,
+    ) -> Result<(), RunError> {
         let mut response_errors = 0;
         for e in &data.errors {
             response_errors += 1;
@@ -909,90 +821,37 @@ impl<'a> Test<'a> {
         ] {
             self.log(key, 0u64, here!())?;
         }
-        let end_offset = Duration::from_nanos((data.last_completed_ns - start).max(0) as u64);
-        self.log("power_begin", clock::power_time(start_wall), here!())?;
+        let end_offset =
+            Duration::from_nanos((data.last_completed_ns - issued.start_ns).max(0) as u64);
+        self.log("power_begin", clock::power_time(issued.start_wall), here!())?;
         self.log(
             "power_end",
-            clock::power_time(start_wall + end_offset),
+            clock::power_time(issued.start_wall + end_offset),
             here!(),
         )?;
         if eff.print_timestamps && !accuracy {
-            print_timestamps(start_wall, end_offset);
+            print_timestamps(issued.start_wall, end_offset);
         }
-
-        Ok(SeriesOutcome {
-            data,
-            queries_issued,
-            final_query_scheduled_ns: last.0 - start,
-            final_query_issued_ns: last.1 - start,
-        })
-    }
-
-    /// Assigns ids to one query's samples and appends them to `out`.
-    #[inline]
-    fn publish(
-        &mut self,
-        completer: &Ring,
-        sampling: &AccuracySampling,
-        indices: &[usize],
-        scheduled: i64,
-        issued: i64,
-        out: &mut Vec<QuerySample>,
-    ) {
-        let query_seq = self.sequencer.next_query();
-        for &index in indices {
-            let (seq, log) = self.sequencer.next_sample(sampling);
-            let id = completer.publish(seq, index, query_seq, scheduled, issued, log);
-            out.push(QuerySample { id, index });
-        }
+        Ok(())
     }
 }
 
-struct StopMessage {
-    natural: bool,
-    text: String,
-}
-
-/// The stop rules checked after each IssueQuery of a performance series
-/// (`issue_query_controller.cc`, `IssueQueriesInternal`). `completed` is only evaluated when needed.
-fn stop_rule(
-    eff: &EffectiveSettings,
-    issued: u64,
-    duration_ns: i64,
-    completed: impl Fn() -> u64,
-) -> Option<StopMessage> {
-    let min_duration_ns = eff.target_duration_ms as i64 * 1_000_000;
-    if eff.scenario == Scenario::Server {
-        if eff.max_async_queries != 0 {
-            let outstanding = issued.saturating_sub(completed());
-            if outstanding > eff.max_async_queries {
-                return Some(StopMessage {
-                    natural: false,
-                    text: format!("IssueQueryThread 0 Ending early: Too many outstanding queries. issued {issued} outstanding {outstanding}"),
-                });
-            }
-        }
-    } else if issued >= eff.min_query_count && duration_ns >= min_duration_ns {
-        return Some(StopMessage {
-            natural: true,
-            text: "Ending naturally: Minimum query count and test duration met.".into(),
-        });
+/// What the aggregator needs to know about a series before it starts.
+fn series_config(eff: &EffectiveSettings, samples_per_query: u64) -> SeriesConfig {
+    let scenario = eff.scenario;
+    let use_tokens = eff.use_token_latencies;
+    SeriesConfig {
+        multi_stream_spq: (scenario == Scenario::MultiStream).then_some(samples_per_query),
+        use_tokens,
+        first_token_expected: use_tokens && scenario != Scenario::Offline,
+        server_trace: scenario == Scenario::Server,
+        latency_bounds: (scenario == Scenario::Server).then_some(LatencyBounds {
+            latency_ns: eff.target_latency_ns as i64,
+            ttft_ns: eff.server_ttft_latency as i64,
+            tpot_ns: eff.server_tpot_latency as i64,
+        }),
+        live_percentile: eff.target_latency_percentile,
     }
-    if eff.max_query_count != 0 && issued >= eff.max_query_count {
-        return Some(StopMessage {
-            natural: false,
-            text: format!(
-                "IssueQueryThread 0 Ending early: Max query count reached. query_count {issued}"
-            ),
-        });
-    }
-    if eff.max_duration_ms != 0 && duration_ns > eff.max_duration_ms as i64 * 1_000_000 {
-        return Some(StopMessage {
-            natural: false,
-            text: format!("IssueQueryThread 0 Ending early: Max test duration reached. duration_ns {duration_ns}"),
-        });
-    }
-    None
 }
 
 /// Ring slots needed: every sample of the largest query at once, and for
