@@ -309,16 +309,18 @@ impl Ring {
     ) -> ResponseId {
         let s = &*self.shared;
         let slot = &s.slots[(seq % s.slots.len() as u64) as usize];
-        let mut spins = 0u32;
-        loop {
+        let free = || {
             let tag = slot.tag.load(Ordering::Acquire);
-            if tag == 0 || tag & DONE != 0 || self.aborted() {
-                break;
-            }
+            tag == 0 || tag & DONE != 0 || self.aborted()
+        };
+        let mut spins = 0u32;
+        while !free() {
             spins += 1;
             if spins < 1000 {
                 std::hint::spin_loop();
-            } else {
+            } else if !self.wait_for_completion(&free) {
+                // A virtual clock with nothing scheduled: only a thread of
+                // the SUT's own can still free the slot.
                 thread::yield_now();
             }
         }
@@ -368,19 +370,26 @@ impl Ring {
                 std::hint::spin_loop();
                 continue;
             }
-            s.waiting.store(true, Ordering::SeqCst);
-            let mut more = true;
-            if s.completed.load(Ordering::SeqCst) < target && !s.aborted.load(Ordering::SeqCst) {
-                // A completion between the check and the wait unparks us,
-                // so the wait returns at once.
-                more = s.clock.wait_for_event();
-            }
-            s.waiting.store(false, Ordering::SeqCst);
-            if !more {
+            if !self.wait_for_completion(&|| s.completed.load(Ordering::SeqCst) >= target) {
                 // A virtual clock with nothing left to happen.
                 return s.completed.load(Ordering::SeqCst) >= target;
             }
         }
+    }
+
+    /// The issuer's wait for the next completion or abort, unless `ready`
+    /// already holds. It goes through the clock, so that a virtual clock runs
+    /// the completions scheduled meanwhile. False when none can ever come.
+    fn wait_for_completion(&self, ready: &dyn Fn() -> bool) -> bool {
+        let s = &*self.shared;
+        s.waiting.store(true, Ordering::SeqCst);
+        // A completion counted after this load sees `waiting` and unparks us,
+        // so the wait returns at once; one counted before it is seen by
+        // `ready`.
+        s.completed.load(Ordering::SeqCst);
+        let more = ready() || s.aborted.load(Ordering::SeqCst) || s.clock.wait_for_event();
+        s.waiting.store(false, Ordering::SeqCst);
+        more
     }
 
     pub(crate) fn send(&self, e: Event) {
@@ -399,7 +408,7 @@ fn unknown_id_message(id: ResponseId, slot_holds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::MonoClock;
+    use crate::clock::{MonoClock, VirtualClock};
 
     fn ring(capacity: usize) -> (Ring, mpsc::Receiver<Event>) {
         let (tx, rx) = mpsc::channel();
@@ -520,6 +529,25 @@ mod tests {
         assert!(r.aborted());
         assert_eq!(r.abort_reason().as_deref(), Some("node gone"));
         assert!(!r.wait_for(5), "waiting after an abort returns at once");
+    }
+
+    #[test]
+    fn a_full_ring_waits_in_virtual_time_for_the_completion_that_frees_its_slot() {
+        let clock = Arc::new(VirtualClock::new());
+        let (tx, rx) = mpsc::channel();
+        let r = Ring::new(clock.clone(), 2, tx, false);
+        let first = publish(&r, 0);
+        publish(&r, 1);
+        let c = Completer::from(r.clone());
+        clock.schedule(5_000, move || {
+            c.query_samples_complete(&[QuerySampleResponse::new(first, &[])])
+        });
+        // Sample 2 needs the slot of sample 0, freed at 5 us.
+        assert_eq!(publish(&r, 2), 3);
+        assert_eq!(clock.now_ns(), 5_000);
+        assert_eq!(r.completed(), 1);
+        let (done, errors) = drain(&rx);
+        assert_eq!((done.len(), errors.len()), (1, 0));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use crate::accuracy_log::AccuracyLog;
 use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig, SeriesData};
@@ -321,9 +321,9 @@ impl<'a> Test<'a> {
         audit: Option<&AuditConfig>,
         datetime: &str,
     ) -> Result<(), RunError> {
-        let name_start = Instant::now();
+        let name_start = self.clock.now_ns();
         let name = self.sut.name();
-        let name_ns = name_start.elapsed().as_nanos() as u64;
+        let name_ns = (self.clock.now_ns() - name_start).max(0) as u64;
 
         self.log_version_block()?;
         self.log("test_datetime", datetime, here!())?;
