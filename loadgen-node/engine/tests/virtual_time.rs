@@ -23,12 +23,16 @@ enum Model {
     Fixed(i64),
     /// One server: samples queue and each takes this many ns.
     Queue(i64),
+    /// The k-th sample issued answers `latencies[k % len]` ns after its issue.
+    Cycle(Vec<i64>),
 }
 
 struct SimSut {
     clock: Arc<VirtualClock>,
     model: Model,
     busy_until: AtomicU64,
+    /// Samples issued so far (for `Model::Cycle`).
+    issued: AtomicU64,
     /// Virtual time an `issue_query` call takes (to make queries overdue).
     issue_cost_ns: i64,
     /// (virtual time, samples) of every issue_query call.
@@ -41,15 +45,18 @@ impl SimSut {
             clock: clock.clone(),
             model,
             busy_until: AtomicU64::new(0),
+            issued: AtomicU64::new(0),
             issue_cost_ns: 0,
             calls: Mutex::new(Vec::new()),
         }
     }
 
     fn answer_time(&self, now: i64) -> i64 {
-        match self.model {
+        let k = self.issued.fetch_add(1, Ordering::Relaxed) as usize;
+        match &self.model {
             Model::Fixed(l) => now + l,
-            Model::Queue(service) => {
+            Model::Cycle(latencies) => now + latencies[k % latencies.len()],
+            &Model::Queue(service) => {
                 let start = now.max(self.busy_until.load(Ordering::Relaxed) as i64);
                 let done = start + service;
                 self.busy_until.store(done as u64, Ordering::Relaxed);
@@ -121,12 +128,17 @@ fn int(dir: &Path, key: &str) -> i64 {
         .unwrap_or_else(|| panic!("{key} is not an integer"))
 }
 
-fn messages(dir: &Path) -> Vec<String> {
+/// Every string logged under `key`, in order.
+fn strings(dir: &Path, key: &str) -> Vec<String> {
     detail(dir)
         .into_iter()
-        .filter(|r| r["key"] == "generic_message")
+        .filter(|r| r["key"] == key)
         .filter_map(|r| r["value"].as_str().map(str::to_string))
         .collect()
+}
+
+fn messages(dir: &Path) -> Vec<String> {
+    strings(dir, "generic_message")
 }
 
 fn settings(scenario: Scenario) -> TestSettings {
@@ -351,4 +363,214 @@ fn the_same_virtual_run_gives_the_same_results() {
     let (a, b) = (results("same-a"), results("same-b"));
     assert!(a.len() > 10);
     assert_eq!(a, b);
+}
+
+const NATURAL_END: &str = "Ending naturally: Minimum query count and test duration met.";
+
+/// The invalid result of a series cut short, with the minimums it missed.
+fn assert_invalid(dir: &Path, min_duration_met: bool, min_queries_met: bool) {
+    assert_eq!(value(dir, "result_validity"), "INVALID");
+    assert_eq!(value(dir, "result_min_duration_met"), min_duration_met);
+    assert_eq!(value(dir, "result_min_queries_met"), min_queries_met);
+    assert!(messages(dir).iter().all(|m| m != NATURAL_END));
+}
+
+#[test]
+fn max_duration_cuts_a_series_short_and_leaves_it_invalid() {
+    let clock = Arc::new(VirtualClock::new());
+    let latency = 3_000_000;
+    let sut = SimSut::new(&clock, Model::Fixed(latency));
+    let max_ns = 100_000_000;
+    let s = TestSettings {
+        min_query_count: 100_000,
+        max_duration_ms: (max_ns / 1_000_000) as u64,
+        ..settings(Scenario::SingleStream)
+    };
+    let (outcome, dir) = run(&sut, &s, "max-duration");
+    // Query k is issued at k * latency; the rule holds after the first issue
+    // later than the maximum.
+    let last = max_ns / latency + 1;
+    assert_eq!(sut.calls.lock().unwrap().len() as i64, last + 1);
+    assert_eq!(
+        strings(&dir, "error_runtime"),
+        [format!(
+            "IssueQueryThread 0 Ending early: Max test duration reached. duration_ns {}",
+            last * latency
+        )]
+    );
+    assert_eq!(int(&dir, "result_query_count"), last + 1);
+    assert_invalid(&dir, false, false);
+    assert_eq!(outcome.errors, 1);
+    assert!(outcome.performance.is_some_and(|p| !p.valid));
+}
+
+#[test]
+fn max_query_count_cuts_a_series_short_and_leaves_it_invalid() {
+    let clock = Arc::new(VirtualClock::new());
+    let sut = SimSut::new(&clock, Model::Fixed(1_000_000));
+    let s = TestSettings {
+        min_query_count: 1_000,
+        max_query_count: 50,
+        ..settings(Scenario::SingleStream)
+    };
+    let (_, dir) = run(&sut, &s, "max-query-count");
+    assert_eq!(sut.calls.lock().unwrap().len(), 50);
+    assert_eq!(
+        strings(&dir, "error_runtime"),
+        ["IssueQueryThread 0 Ending early: Max query count reached. query_count 50"]
+    );
+    assert_eq!(int(&dir, "result_query_count"), 50);
+    assert_invalid(&dir, false, false);
+}
+
+#[test]
+fn server_stops_when_too_many_queries_are_outstanding() {
+    let clock = Arc::new(VirtualClock::new());
+    // Nothing is answered for a second while queries arrive every
+    // millisecond or so: the eleventh is one too many.
+    let sut = SimSut::new(&clock, Model::Fixed(1_000_000_000));
+    let s = TestSettings {
+        server_target_qps: 1000.0,
+        server_target_latency_ns: 10_000_000,
+        server_max_async_queries: 10,
+        ..settings(Scenario::Server)
+    };
+    let (_, dir) = run(&sut, &s, "max-async");
+    assert_eq!(sut.calls.lock().unwrap().len(), 11);
+    assert_eq!(
+        strings(&dir, "error_runtime"),
+        ["IssueQueryThread 0 Ending early: Too many outstanding queries. issued 11 outstanding 11"]
+    );
+    assert_eq!(int(&dir, "result_query_count"), 11);
+    // The series still waits for and measures every answer.
+    assert_eq!(int(&dir, "result_min_latency_ns"), 1_000_000_000);
+    assert_eq!(int(&dir, "result_max_latency_ns"), 1_000_000_000);
+    assert_invalid(&dir, false, false);
+
+    // A SUT that keeps up never has ten queries outstanding.
+    let clock = Arc::new(VirtualClock::new());
+    let sut = SimSut::new(&clock, Model::Fixed(500_000));
+    let s = TestSettings {
+        min_duration_ms: 1_000,
+        ..s
+    };
+    let (_, dir) = run(&sut, &s, "max-async-kept-up");
+    assert!(strings(&dir, "error_runtime").is_empty());
+    assert_eq!(value(&dir, "result_validity"), "VALID");
+}
+
+#[test]
+fn a_series_that_runs_out_of_generated_queries_says_so_and_is_invalid() {
+    let clock = Arc::new(VirtualClock::new());
+    // Expected at 10 ms a query, answered in 1 ms: the queries generated for
+    // twice the minimum duration at the expected rate are all issued long
+    // before the minimum duration.
+    let sut = SimSut::new(&clock, Model::Fixed(1_000_000));
+    let s = TestSettings {
+        single_stream_expected_latency_ns: 10_000_000.0,
+        min_duration_ms: 1_000,
+        ..settings(Scenario::SingleStream)
+    };
+    let (_, dir) = run(&sut, &s, "ran-out");
+    // Queries due at 0, 10, ..., 2000 ms: the one due at twice the duration
+    // is still generated.
+    let generated = 2 * 1_000 / 10 + 1;
+    assert_eq!(int(&dir, "generated_query_count"), generated);
+    assert_eq!(sut.calls.lock().unwrap().len() as i64, generated);
+    assert_eq!(int(&dir, "result_query_count"), generated);
+    assert_eq!(
+        strings(&dir, "error_runtime"),
+        ["Ending early: Ran out of generated queries to issue before the minimum query count and test duration were reached. Please update the relevant expected latency or target qps in the TestSettings so they are more accurate."]
+    );
+    assert_invalid(&dir, false, true);
+}
+
+/// The probability of at most `t` failures in `n` trials that each pass
+/// with probability `p`.
+fn at_most_failures(n: i64, t: i64, p: f64) -> f64 {
+    let q = 1.0 - p;
+    let mut term = p.powi(n as i32);
+    let mut sum = term;
+    for f in 0..t.min(n) {
+        term *= (n - f) as f64 / (f + 1) as f64 * q / p;
+        sum += term;
+    }
+    sum
+}
+
+/// The fewest passing queries that, beside `t` failing ones, show with 99%
+/// confidence that the `p` percentile holds: if it held only just, that many
+/// passes against `t` failures would come by chance under 1% of the time.
+fn min_passing(t: i64, p: f64) -> i64 {
+    (1..)
+        .find(|&h| at_most_failures(h + t, t, p) < 0.01)
+        .expect("a finite count")
+}
+
+/// The early-stopping estimate of the `p` percentile over the ascending
+/// `sorted` latencies of as many queries: `(discarded, estimate)`, where the
+/// `t - 1` highest are discarded for the largest `t` failures the query count
+/// covers; `None` when there are too few queries for any.
+fn expected_estimate(sorted: &[i64], p: f64) -> Option<(i64, i64)> {
+    let n = sorted.len() as i64;
+    let t = (1..=n).take_while(|&t| min_passing(t, p) + t <= n).last()?;
+    Some((t - 1, sorted[(n - t) as usize]))
+}
+
+#[test]
+fn single_stream_early_stopping_needs_enough_queries_and_estimates_conservatively() {
+    // 1000 distinct latencies, 100 ns to 100 us (kept exactly by the
+    // histogram), in a scrambled order.
+    let latencies: Vec<i64> = (0..1000).map(|k| (k * 37 % 1000 + 1) * 100).collect();
+    let p = 0.9;
+    let need = min_passing(1, p) + 1;
+    assert_eq!(need, 64, "the known minimum for the 90th percentile");
+    for n in [need - 1, need, 1000] {
+        let clock = Arc::new(VirtualClock::new());
+        let sut = SimSut::new(&clock, Model::Cycle(latencies.clone()));
+        let s = TestSettings {
+            min_query_count: n as u64,
+            min_duration_ms: 0,
+            ..settings(Scenario::SingleStream)
+        };
+        let (_, dir) = run(&sut, &s, &format!("early-stopping-{n}"));
+        assert_eq!(int(&dir, "result_query_count"), n);
+        assert_eq!(value(&dir, "result_min_queries_met"), true);
+        assert_eq!(value(&dir, "result_min_duration_met"), true);
+        let mut sorted = latencies[..n as usize].to_vec();
+        sorted.sort_unstable();
+        let text = strings(&dir, "early_stopping_result").concat();
+        let Some((discarded, estimate)) = expected_estimate(&sorted, p) else {
+            assert_eq!(n, need - 1);
+            assert_eq!(value(&dir, "early_stopping_met"), false);
+            assert_eq!(value(&dir, "result_validity"), "INVALID");
+            assert_eq!(
+                text,
+                format!(
+                    " * Only processed {n} queries.  * Need to process at least {need} queries for early stopping."
+                )
+            );
+            continue;
+        };
+        assert_eq!(value(&dir, "early_stopping_met"), true, "{n} queries");
+        assert_eq!(value(&dir, "result_validity"), "VALID");
+        assert_eq!(int(&dir, "early_stopping_latency_ss"), estimate);
+        assert!(
+            text.starts_with(&format!(
+                " * Processed at least {need} queries ({n}).  * Would discard {discarded} highest latency queries.  * Early stopping 90.0th percentile estimate: {estimate}"
+            )),
+            "{text}"
+        );
+        // The estimate allows for the sampling: above the plain percentile.
+        assert!(estimate > int(&dir, "result_90.00_percentile_latency_ns"));
+        match expected_estimate(&sorted, 0.99) {
+            Some((_, e99)) => {
+                assert_eq!(int(&dir, "early_stopping_latency_ms"), e99);
+                assert!(text.ends_with(&format!(
+                    "  * Early stopping 99.0th percentile estimate: {e99}"
+                )));
+            }
+            None => assert!(text.contains("Not enough queries processed for 99.0th percentile")),
+        }
+    }
 }
