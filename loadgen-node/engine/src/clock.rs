@@ -185,7 +185,7 @@ fn broken_down(t: SystemTime, local: bool) -> (libc::tm, u32) {
 }
 
 /// `test_datetime`: local time followed by a literal `Z`, as the official LoadGen does.
-pub fn test_datetime(t: SystemTime) -> String {
+pub(crate) fn test_datetime(t: SystemTime) -> String {
     let (tm, _) = broken_down(t, true);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",

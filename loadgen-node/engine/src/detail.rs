@@ -123,7 +123,6 @@ pub(crate) struct Location {
 }
 
 /// The location of the calling line.
-#[macro_export]
 macro_rules! here {
     () => {
         $crate::detail::Location {
@@ -132,6 +131,7 @@ macro_rules! here {
         }
     };
 }
+pub(crate) use here;
 
 /// Writes detail records and counts warnings and errors for the summary footer.
 pub(crate) struct DetailLog<W: Write> {

@@ -56,16 +56,16 @@ mod c_number;
 pub mod clock;
 mod completion;
 pub mod config;
-pub mod detail;
+mod detail;
 pub mod early_stopping;
 mod effective;
 mod escape;
 mod issue;
 pub mod live;
-pub mod loadable;
+mod loadable;
 pub mod null_sut;
-pub mod number_format;
-pub mod querygen;
+mod number_format;
+mod querygen;
 mod report;
 mod results;
 mod rng;
@@ -73,11 +73,25 @@ pub mod runner;
 mod sample;
 mod sequence;
 mod settings;
-pub mod settings_log;
+mod settings_log;
 mod stats;
-pub mod summary;
+mod summary;
 pub mod sut;
 mod trace;
+
+/// Internals that the integration tests of this crate drive directly: the
+/// conformance replays compare query generation, loadable sets, the settings
+/// records and the summary footer with the official LoadGen's runs. Not a
+/// stable interface.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::detail::LogValue;
+    pub use crate::loadable::{generate_loadable_sets, LoadableSet};
+    pub use crate::number_format::g6;
+    pub use crate::querygen::{GenerationPlan, QueryGenerator, RunKind};
+    pub use crate::settings_log::{effective_entries, requested_entries};
+    pub use crate::summary::footer;
+}
 
 pub use completion::{Completer, CompletionSink};
 pub use settings::{EffectiveSettings, Scenario, TestMode, TestSettings};

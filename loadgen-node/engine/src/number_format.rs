@@ -8,7 +8,7 @@ pub fn g6(x: f64) -> String {
 }
 
 /// C `printf("%.*g", precision, x)`.
-pub fn g(x: f64, precision: usize) -> String {
+pub(crate) fn g(x: f64, precision: usize) -> String {
     if x.is_nan() {
         return if x.is_sign_negative() { "-nan" } else { "nan" }.to_string();
     }

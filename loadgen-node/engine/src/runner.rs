@@ -19,9 +19,8 @@ use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig,
 use crate::clock::{self, Clock, MonoClock};
 use crate::completion::Ring;
 use crate::config::{self, ConfigFile};
-use crate::detail::{DetailLog, Location, LogValue};
+use crate::detail::{here, DetailLog, Location, LogValue};
 use crate::escape::json_escaped;
-use crate::here;
 use crate::issue::{Issued, Issuer};
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};

@@ -4,8 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use loadgen_engine::config::{apply_audit, ConfKind, ConfigError, ConfigFile, SettingsSources};
-use loadgen_engine::detail::LogValue;
-use loadgen_engine::settings_log::{effective_entries, requested_entries};
+use loadgen_engine::testing::{effective_entries, requested_entries, LogValue};
 use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use serde_json::{Map, Value};
 

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use loadgen_engine::loadable::{generate_loadable_sets, LoadableSet};
-use loadgen_engine::number_format::g6;
-use loadgen_engine::querygen::{QueryGenerator, RunKind};
+use loadgen_engine::testing::{g6, generate_loadable_sets, LoadableSet, QueryGenerator, RunKind};
 use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use serde_json::Value;
 

@@ -197,7 +197,7 @@ fn reference_runs_replay_exactly() {
         } else {
             // Accuracy runs: the whole summary is the footer; ours lacks the
             // C++ logger's allocation warnings.
-            let expected = loadgen_engine::summary::footer(
+            let expected = loadgen_engine::testing::footer(
                 count_warnings(&theirs) - allocation_warnings as u64,
                 0,
             );
