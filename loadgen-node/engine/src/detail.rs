@@ -115,7 +115,10 @@ impl From<f64> for LogValue {
     }
 }
 
-/// Where in our source a record was emitted (spec Appendix A).
+/// Where in this engine's source a record was emitted: the record's `file`
+/// and `line_no` metadata, which the official LoadGen fills from `__FILE__`
+/// and `__LINE__` (`logging.h`, `MLPERF_LOG`, `AsyncLog::LogDetail`). Tools
+/// do not read it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Location {
     pub file: &'static str,
