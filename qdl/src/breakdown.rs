@@ -116,6 +116,12 @@ impl Histogram {
         self.max
     }
 
+    /// How many values lie above `ns`, counting only buckets wholly above
+    /// it (values within 1.6% of `ns` may be left out).
+    pub fn count_above(&self, ns: u64) -> u64 {
+        self.buckets[bucket(ns) + 1..].iter().sum()
+    }
+
     /// Merges `other` into this one.
     pub fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
@@ -265,6 +271,22 @@ pub struct Breakdown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_above_a_bound_leave_out_only_its_own_bucket() {
+        let c = AtomicHistogram::new();
+        for ns in [
+            1_000u64, 14_000_000, 15_000_000, 15_100_000, 16_000_000, 90_000_000,
+        ] {
+            c.record(ns);
+        }
+        let mut h = Histogram::default();
+        c.add_to(&mut h);
+        // 15.1 ms shares 15 ms's bucket (1.6% wide); 16 ms and 90 ms do not.
+        assert_eq!(h.count_above(15_000_000), 2);
+        assert_eq!(h.count_above(0), 6);
+        assert_eq!(h.count_above(u64::MAX), 0);
+    }
 
     #[test]
     fn buckets_keep_values_within_their_precision() {

@@ -1,10 +1,14 @@
 //! What the observability features cost the timed path, side by side from
 //! runs made now: the highest VALID Server QPS through one sut-node, and
 //! the p99 latency added over the in-process null SUT at 50k QPS, with
-//! Prometheus metrics off, on with both binaries scraped every second, and
-//! metrics on plus OpenTelemetry traces (`--otlp` on both binaries, the
-//! default sample ratio) exported to a local OTLP collector.
-//! (The latency breakdown is always on: its cost per answer is measured by
+//! everything off (no `--metrics`, no `--otlp`, no progress lines), with
+//! Prometheus metrics on and both binaries scraped every second, and with
+//! all of it on: metrics, OpenTelemetry traces (`--otlp` on both binaries,
+//! the default sample ratio) to a local OTLP collector and a progress line
+//! every second. Each column runs against its own sut-node started with
+//! exactly its flags; rounds are interleaved and medians printed.
+//! (The latency breakdown and the metric counters are always recorded: the
+//! breakdown's cost per answer is measured by
 //! `cargo test -p qdl --release --lib record_cost -- --ignored --nocapture`.)
 //!
 //! `cargo bench -p tests --bench observe` (builds the release binaries
@@ -43,7 +47,6 @@ impl Bench {
             .args(["--mode", "PerformanceOnly", "--sample-bytes", "64"])
             .args(["--total-sample-count", "1024"])
             .args(["--performance-sample-count", "1024", "--no-trace"])
-            .args(["--progress-interval", "0"])
             .args(["--set", &format!("target_qps={qps}")])
             .args(["--set", &format!("min_duration={}", secs * 1000)])
             .args(["--set", "min_query_count=100", "--output-dir"])
@@ -114,6 +117,7 @@ impl Drop for Scraper {
     }
 }
 
+/// Rounds of each measurement; the median is printed.
 const REPS: usize = 3;
 
 fn main() {
@@ -121,16 +125,16 @@ fn main() {
         quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
         loadgen: tests::build_release(),
     };
+    let plain = SutNode::start("bench-observe-off", &["--threads", "1"]);
     let node = SutNode::start(
-        "bench-observe",
+        "bench-observe-metrics",
         &["--threads", "1", "--metrics", "127.0.0.1:0"],
     );
     let node_metrics = node.metrics.clone().expect("the node's metrics address");
-    // The same node with traces exported; the collector keeps a few spans
-    // and counts the rest.
+    // The collector keeps a few spans and counts the rest.
     let collector = Collector::keeping(10_000);
     let traced = SutNode::start(
-        "bench-observe-otlp",
+        "bench-observe-all",
         &[
             "--threads",
             "1",
@@ -145,60 +149,105 @@ fn main() {
         let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
         l.local_addr().expect("its address").to_string()
     };
-    let metrics_on = ["--metrics", loadgen_metrics.as_str()];
-    let otlp_on = [
+    let off = ["--progress-interval", "0"];
+    let metrics_on = [
+        "--progress-interval",
+        "0",
+        "--metrics",
+        loadgen_metrics.as_str(),
+    ];
+    let all_on = [
+        "--progress-interval",
+        "1",
         "--metrics",
         loadgen_metrics.as_str(),
         "--otlp",
         collector.endpoint.as_str(),
     ];
+    // The three columns: label, node, loadgen flags, addresses scraped.
+    let columns: [(&str, &str, &[&str], Vec<String>); 3] = [
+        ("off", &plain.addr, &off, vec![]),
+        (
+            "metrics",
+            &node.addr,
+            &metrics_on,
+            vec![node_metrics.clone(), loadgen_metrics.clone()],
+        ),
+        (
+            "all",
+            &traced.addr,
+            &all_on,
+            vec![traced_metrics.clone(), loadgen_metrics.clone()],
+        ),
+    ];
     println!("observability overhead (one sut-node, --threads 1, loopback, 64-byte samples)");
 
     let secs = bench.secs(8);
     let qps = 50_000.0;
-    // (null, off, metrics on, metrics and OTLP on) p99 per round, interleaved.
-    let mut rounds = Vec::new();
+    // p99 of the null SUT and of each column, per round, interleaved.
+    let mut p99s: Vec<[f64; 4]> = Vec::new();
     for _ in 0..REPS {
-        let null = bench.server("null", qps, secs, &[], "null");
-        let off = bench.server(&node.addr, qps, secs, &[], "off");
-        let on = {
-            let _scraping = Scraper::start(vec![node_metrics.clone(), loadgen_metrics.clone()]);
-            bench.server(&node.addr, qps, secs, &metrics_on, "on")
-        };
-        let otlp = {
-            let _scraping = Scraper::start(vec![traced_metrics.clone(), loadgen_metrics.clone()]);
-            bench.server(&traced.addr, qps, secs, &otlp_on, "otlp")
-        };
-        rounds.push([
-            Bench::p99(&null),
-            Bench::p99(&off),
-            Bench::p99(&on),
-            Bench::p99(&otlp),
-        ]);
+        let mut round = [
+            Bench::p99(&bench.server("null", qps, secs, &off, "null")),
+            0.0,
+            0.0,
+            0.0,
+        ];
+        for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
+            let _scraping = Scraper::start(scraped.clone());
+            round[k + 1] = Bench::p99(&bench.server(addr, qps, secs, flags, label));
+        }
+        p99s.push(round);
     }
-    let m = |k: usize| tests::median(rounds.iter().map(|r| r[k]));
-    let (null, off, on, otlp) = (m(0), m(1), m(2), m(3));
+    let m = |k: usize| tests::median(p99s.iter().map(|r| r[k]));
+    let (null, p_off, p_on, p_all) = (m(0), m(1), m(2), m(3));
     println!(
-        "  p99 added at {qps} QPS (median of {REPS}): metrics and OTLP off {:>8.1} us | metrics on, scraped {:>8.1} us | metrics and OTLP on {:>8.1} us | OTLP and metrics vs off {:>+7.1} us",
-        (off - null) / 1e3,
-        (on - null) / 1e3,
-        (otlp - null) / 1e3,
-        (otlp - off) / 1e3
+        "  p99 added at {qps} QPS (median of {REPS}): all off {:>8.1} us | metrics on, scraped {:>8.1} us ({:>+7.1}) | all on {:>8.1} us ({:>+7.1})",
+        (p_off - null) / 1e3,
+        (p_on - null) / 1e3,
+        (p_on - p_off) / 1e3,
+        (p_all - null) / 1e3,
+        (p_all - p_off) / 1e3,
+    );
+    println!(
+        "    per round (null, off, metrics, all; us): {}",
+        p99s.iter()
+            .map(|r| format!(
+                "{:.0}/{:.0}/{:.0}/{:.0}",
+                r[0] / 1e3,
+                r[1] / 1e3,
+                r[2] / 1e3,
+                r[3] / 1e3
+            ))
+            .collect::<Vec<_>>()
+            .join("  ")
     );
 
-    let peak_off = bench.peak(&node.addr, &[], "peak-off");
-    let peak_on = {
-        let _scraping = Scraper::start(vec![node_metrics.clone(), loadgen_metrics.clone()]);
-        bench.peak(&node.addr, &metrics_on, "peak-on")
-    };
-    let peak_otlp = {
-        let _scraping = Scraper::start(vec![traced_metrics.clone(), loadgen_metrics.clone()]);
-        bench.peak(&traced.addr, &otlp_on, "peak-otlp")
-    };
+    // Peak searches, interleaved by round so that a machine that drifts
+    // weighs on every column alike.
+    let mut peaks: Vec<[f64; 3]> = Vec::new();
+    for _ in 0..REPS {
+        let mut round = [0.0; 3];
+        for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
+            let _scraping = Scraper::start(scraped.clone());
+            round[k] = bench.peak(addr, flags, &format!("peak-{label}"));
+        }
+        peaks.push(round);
+    }
+    let m = |k: usize| tests::median(peaks.iter().map(|r| r[k]));
+    let (q_off, q_on, q_all) = (m(0), m(1), m(2));
     println!(
-        "  highest VALID Server QPS: metrics and OTLP off {peak_off:>9.0} | metrics on, scraped {peak_on:>9.0} ({:.3}x) | metrics and OTLP on {peak_otlp:>9.0} ({:.3}x)",
-        peak_on / peak_off,
-        peak_otlp / peak_off
+        "  highest VALID Server QPS (median of {REPS}): all off {q_off:>9.0} | metrics on, scraped {q_on:>9.0} ({:.3}x) | all on {q_all:>9.0} ({:.3}x)",
+        q_on / q_off,
+        q_all / q_off
+    );
+    println!(
+        "    per round (off, metrics, all): {}",
+        peaks
+            .iter()
+            .map(|r| format!("{:.0}/{:.0}/{:.0}", r[0], r[1], r[2]))
+            .collect::<Vec<_>>()
+            .join("  ")
     );
     println!(
         "  spans received by the collector: {} (ratio 0.001 by default)",

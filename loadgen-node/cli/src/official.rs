@@ -23,7 +23,7 @@ use loadgen_engine::{
 };
 use qdl::{ForeignLoadGen, ForeignSut};
 
-use crate::progress::Progress;
+use crate::progress::{Progress, Target};
 use crate::run::{self, RunArgs};
 use loadgen_engine::null_sut::SizedQsl;
 
@@ -375,10 +375,17 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let mut err = vec![0 as c_char; 1024];
     let interval = Duration::try_from_secs_f64(args.progress_interval)
         .context("--progress-interval must be a number of seconds, 0 or more")?;
+    // The bound and percentile the official LoadGen will judge by, read
+    // from the same mlperf.conf, user.conf and --set lines; only for the
+    // progress line, so settings this reading refuses just leave it out
+    // (the official LoadGen reports its own verdict on them).
+    let target = run::resolve_settings(args)
+        .ok()
+        .and_then(|s| Target::of(&s));
     let progress = harness
         .sut
         .as_ref()
-        .map(|s| Progress::network(s.qdl().view(), interval));
+        .map(|s| Progress::network(s.qdl().view(), target, interval));
     // SAFETY: every pointer in `callbacks` and `test` lives until this call
     // returns; `err` is writable for its length.
     let rc = unsafe { lgn_start_test(&callbacks, &test, err.as_mut_ptr(), err.len()) };

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use loadgen_engine::early_stopping::{self, Outlook};
 use loadgen_engine::live::{LiveSnapshot, LiveStats};
+use loadgen_engine::{Scenario, TestMode, TestSettings};
 use qdl::breakdown::Part;
 use qdl::QdlView;
 
@@ -63,13 +64,15 @@ impl Progress {
     }
 
     /// As `start`, from the QDL's figures alone (an engine that keeps its
-    /// own to itself): samples sent and answered, and the p99 of the QDL's
-    /// send-to-answer time.
-    pub fn network(qdl: QdlView, interval: Duration) -> Self {
+    /// own to itself): samples sent and answered and, where the run's
+    /// `target` is known, the QDL's send-to-answer time at the target
+    /// percentile against the bound and where early stopping stands.
+    pub fn network(qdl: QdlView, target: Option<Target>, interval: Duration) -> Self {
         let now = Instant::now();
         Self::with(
             NetworkFigures {
                 qdl,
+                target,
                 start: now,
                 last: (now, 0),
             },
@@ -171,8 +174,50 @@ impl Figures for EngineFigures {
     }
 }
 
+/// What a run is judged against, for an engine whose own live figures are
+/// not visible: read from the same settings the engine is given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Target {
+    /// The latency percentile judged (0.99 for Server's p99).
+    pub percentile: f64,
+    /// Server's latency bound; 0 where the scenario has none.
+    pub bound_ns: i64,
+    /// Samples per query (MultiStream's 8), to count queries from answers.
+    pub samples_per_query: u64,
+}
+
+impl Target {
+    /// The target of a performance run of `settings`; None for accuracy
+    /// runs and for Offline, which judges no latency.
+    pub fn of(settings: &TestSettings) -> Option<Self> {
+        if settings.mode == TestMode::AccuracyOnly {
+            return None;
+        }
+        let (percentile, bound_ns, samples_per_query) = match settings.scenario {
+            Scenario::SingleStream => (settings.single_stream_target_latency_percentile, 0, 1),
+            Scenario::MultiStream => (
+                settings.multi_stream_target_latency_percentile,
+                0,
+                settings.multi_stream_samples_per_query.max(1),
+            ),
+            Scenario::Server => (
+                settings.server_target_latency_percentile,
+                i64::try_from(settings.server_target_latency_ns).unwrap_or(i64::MAX),
+                1,
+            ),
+            Scenario::Offline => return None,
+        };
+        Some(Self {
+            percentile,
+            bound_ns,
+            samples_per_query,
+        })
+    }
+}
+
 struct NetworkFigures {
     qdl: QdlView,
+    target: Option<Target>,
     start: Instant,
     last: (Instant, u64),
 }
@@ -181,20 +226,44 @@ impl Figures for NetworkFigures {
     fn line(&mut self, now: Instant) -> String {
         let t = self.qdl.stats().total();
         let r = rate(&mut self.last, now, t.answers_received);
-        let mut text = format!(
-            "network {:>6.1}s  sent {}  answered {}  {}/s",
-            now.duration_since(self.start).as_secs_f64(),
-            t.samples_sent,
-            t.answers_received,
-            si(r)
-        );
+        let elapsed = now.duration_since(self.start);
         let total = self.qdl.breakdown().overall;
         let h = total.part(Part::Total);
-        if h.count() > 0 {
-            let p99 = i64::try_from(h.quantile(0.99)).unwrap_or(i64::MAX);
-            text.push_str(&format!("  p99 {} (QDL send to answer)", ms(p99)));
-        }
-        text
+        let Some(target) = self.target else {
+            let mut text = format!(
+                "network {:>6.1}s  sent {}  answered {}  {}/s",
+                elapsed.as_secs_f64(),
+                t.samples_sent,
+                t.answers_received,
+                si(r)
+            );
+            if h.count() > 0 {
+                let p99 = i64::try_from(h.quantile(0.99)).unwrap_or(i64::MAX);
+                text.push_str(&format!("  p99 {} (QDL send to answer)", ms(p99)));
+            }
+            return text;
+        };
+        // The QDL sees samples, not queries: a MultiStream query's latency
+        // is its slowest sample's, which the QDL cannot pair up, so its
+        // percentile is the samples' (an estimate from below).
+        let snapshot = LiveSnapshot {
+            performance: true,
+            series_start_ns: 0,
+            issued: t.samples_sent,
+            completed: t.answers_received,
+            queries_completed: t.answers_received / target.samples_per_query,
+            over_bound: match target.bound_ns {
+                0 => 0,
+                b => h.count_above(u64::try_from(b).unwrap_or(0)),
+            },
+            percentile_latency_ns: i64::try_from(h.quantile(target.percentile)).unwrap_or(i64::MAX),
+            target_percentile: target.percentile,
+            target_latency_ns: target.bound_ns,
+        };
+        format!(
+            "{}  (latency: QDL send to answer)",
+            line(&snapshot, elapsed, r)
+        )
     }
 }
 
@@ -271,6 +340,35 @@ fn si(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_follow_the_scenario_and_mode() {
+        let mut s = TestSettings {
+            scenario: Scenario::Server,
+            mode: TestMode::PerformanceOnly,
+            server_target_latency_ns: 15_000_000,
+            server_target_latency_percentile: 0.99,
+            ..TestSettings::default()
+        };
+        assert_eq!(
+            Target::of(&s),
+            Some(Target {
+                percentile: 0.99,
+                bound_ns: 15_000_000,
+                samples_per_query: 1
+            })
+        );
+        s.scenario = Scenario::MultiStream;
+        s.multi_stream_samples_per_query = 8;
+        s.multi_stream_target_latency_percentile = 0.99;
+        let t = Target::of(&s).expect("a MultiStream target");
+        assert_eq!((t.bound_ns, t.samples_per_query), (0, 8));
+        s.scenario = Scenario::Offline;
+        assert_eq!(Target::of(&s), None);
+        s.scenario = Scenario::Server;
+        s.mode = TestMode::AccuracyOnly;
+        assert_eq!(Target::of(&s), None);
+    }
 
     #[test]
     fn shows_rate_percentile_and_bound() {

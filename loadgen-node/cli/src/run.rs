@@ -515,7 +515,7 @@ pub(crate) fn exit_code(run_failed: bool, verified: bool) -> ExitCode {
     }
 }
 
-fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
+pub(crate) fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
     let sources = SettingsSources {
         model: args.model.clone(),
         scenario: args.scenario,
