@@ -56,6 +56,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod breakdown;
 mod config;
