@@ -6,7 +6,8 @@
 FROM scratch
 COPY rootfs/ /
 # The MLPerf logs go to /out (mount a host directory there); the working
-# directory is where an audit.config is looked for, as upstream.
+# directory is where an audit.config is looked for, as by the official
+# LoadGen.
 COPY --chown=65532:65532 out/ /out/
 USER 65532:65532
 WORKDIR /out

@@ -16,56 +16,17 @@
 use std::fmt;
 use std::str::FromStr;
 
+mod codec;
 pub mod lz4;
 pub mod none;
 pub mod policy;
 pub mod wire;
 pub mod zstd;
 
-/// The compressed form of one sample's bytes, and back.
-///
-/// Implementations are stateless from the caller's view and may be shared
-/// between threads; each call handles one whole sample.
-pub trait SampleCodec: Send + Sync + fmt::Debug {
-    /// Which codec this is.
-    fn kind(&self) -> CodecKind;
+pub use codec::{CodecError, CodecKind, SampleCodec};
 
-    /// One self-contained frame holding `data`.
-    fn compress(&self, data: &[u8]) -> Vec<u8>;
-
-    /// The bytes of `frame`, which must be exactly one payload made by
-    /// [`SampleCodec::compress`] of this kind (or by another encoder of the
-    /// same format). Fails, without allocating the output, when the frame
-    /// declares or would produce more than `max_len` bytes, and fails when
-    /// the frame is corrupt or truncated.
-    fn decompress(&self, frame: &[u8], max_len: usize) -> Result<Vec<u8>, CodecError>;
-}
-
-/// The codecs of the protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CodecKind {
-    /// The raw bytes.
-    None,
-    /// Zstandard, one frame with its content size in the header.
-    Zstd,
-    /// LZ4 block format, with the decoded size as a 4-byte little-endian
-    /// prefix.
-    Lz4,
-}
-
+// Here rather than in `codec`, which the codecs themselves build on.
 impl CodecKind {
-    /// Every codec, in wire order.
-    pub const ALL: [CodecKind; 3] = [CodecKind::None, CodecKind::Zstd, CodecKind::Lz4];
-
-    /// The name used on command lines and in reports: `none`, `zstd`, `lz4`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CodecKind::None => "none",
-            CodecKind::Zstd => "zstd",
-            CodecKind::Lz4 => "lz4",
-        }
-    }
-
     /// A decoder of this codec (decoding needs no level).
     pub fn decoder(self) -> &'static dyn SampleCodec {
         match self {
@@ -76,64 +37,9 @@ impl CodecKind {
     }
 }
 
-impl fmt::Display for CodecKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// Decodes `frame`, a payload of codec `kind`, into at most `max_len` bytes.
 pub fn decompress(kind: CodecKind, frame: &[u8], max_len: usize) -> Result<Vec<u8>, CodecError> {
     kind.decoder().decompress(frame, max_len)
-}
-
-/// Why a payload could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CodecError {
-    /// The frame declares (or, decoding, produces) more bytes than allowed.
-    #[error(
-        "{codec} frame of {frame_len} bytes {how} {size} bytes, more than the limit of {max_len} \
-         bytes (refused before allocating it)"
-    )]
-    TooLarge {
-        codec: CodecKind,
-        frame_len: usize,
-        /// "declares" (from its header), "decodes to more than", or "holds"
-        /// (raw bytes).
-        how: &'static str,
-        size: u64,
-        max_len: usize,
-    },
-    /// The frame is not a valid frame of its codec.
-    #[error("corrupt {codec} frame of {frame_len} bytes: {reason}")]
-    Corrupt {
-        codec: CodecKind,
-        frame_len: usize,
-        reason: String,
-    },
-    /// A wire codec value this build does not know.
-    #[error("unknown codec value {0} (known: 0 none, 1 zstd, 2 lz4)")]
-    Unknown(i32),
-}
-
-impl CodecError {
-    pub(crate) fn corrupt(codec: CodecKind, frame: &[u8], reason: impl Into<String>) -> Self {
-        CodecError::Corrupt {
-            codec,
-            frame_len: frame.len(),
-            reason: reason.into(),
-        }
-    }
-
-    pub(crate) fn declares(codec: CodecKind, frame: &[u8], size: u64, max_len: usize) -> Self {
-        CodecError::TooLarge {
-            codec,
-            frame_len: frame.len(),
-            how: "declares",
-            size,
-            max_len,
-        }
-    }
 }
 
 /// A codec as an operator chooses it: `none`, `zstd`, `zstd:LEVEL` or `lz4`.

@@ -91,10 +91,12 @@ impl Default for Histogram {
 }
 
 impl Histogram {
+    /// How many values it holds.
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }
 
+    /// The largest value, exact (in nanoseconds).
     pub fn max(&self) -> u64 {
         self.max
     }
@@ -149,6 +151,7 @@ pub enum Part {
 }
 
 impl Part {
+    /// Every part, in the order reports list them.
     pub const ALL: [Part; 6] = [
         Part::Total,
         Part::WireAndQdl,
@@ -240,10 +243,12 @@ pub struct Timings {
 }
 
 impl Timings {
+    /// The histogram of part `p`, in nanoseconds.
     pub fn part(&self, p: Part) -> &Histogram {
         &self.parts[p as usize]
     }
 
+    /// Answers recorded, untimed ones included (every answer has a total).
     pub fn answers(&self) -> u64 {
         self.part(Part::Total).count()
     }
@@ -252,6 +257,7 @@ impl Timings {
         conn.add_to(self);
     }
 
+    /// Adds `other`'s answers to these.
     pub fn merge(&mut self, other: &Timings) {
         for (a, b) in self.parts.iter_mut().zip(&other.parts) {
             a.merge(b);
@@ -265,6 +271,7 @@ impl Timings {
 pub struct Breakdown {
     /// (node name, address, its timings).
     pub nodes: Vec<(String, String, Timings)>,
+    /// Every node's, merged.
     pub overall: Timings,
 }
 

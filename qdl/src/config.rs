@@ -40,9 +40,11 @@ impl Transport {
 /// (`quic://[v6addr]:port`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NodeAddr {
+    /// From the scheme; `grpc` without one.
     pub transport: Transport,
     /// A host name or IP address; IPv6 addresses without brackets.
     pub host: String,
+    /// The node's listening port (UDP for QUIC, TCP otherwise).
     pub port: u16,
 }
 
@@ -149,11 +151,13 @@ pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16 << 10;
 pub struct QdlConfig {
     /// The sut-nodes, in the order their names are reported.
     pub nodes: Vec<NodeAddr>,
+    /// Which connection each sample goes to.
     pub policy: DispatchPolicy,
     /// Independent connections (each with its own Infer stream) per node.
     pub connections_per_node: usize,
-    /// Benchmark model and scenario, checked by each node at session start.
+    /// Benchmark model, checked by each node at session start.
     pub model: String,
+    /// The LoadGen scenario (`Offline`, `Server`...), checked likewise.
     pub scenario: String,
     /// The codec of the payloads the `SampleData` hands out.
     pub input_codec: Codec,

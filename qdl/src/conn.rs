@@ -21,7 +21,11 @@ use crate::transport::{InFlight, Inbound};
 /// post-processing step the rules allow, into at most `max_len` bytes. A
 /// frame that declares or produces more, or a corrupt one, is an error for
 /// that sample, which ends the run; nothing past `max_len` is allocated.
-pub fn decode_output(codec: Codec, data: Bytes, max_len: usize) -> Result<Bytes, CodecError> {
+pub(crate) fn decode_output(
+    codec: Codec,
+    data: Bytes,
+    max_len: usize,
+) -> Result<Bytes, CodecError> {
     match CodecKind::from(codec) {
         CodecKind::None if data.len() <= max_len => Ok(data),
         kind => compression::decompress(kind, &data, max_len).map(Bytes::from),
@@ -167,13 +171,21 @@ struct ReceiveCounters {
 /// decoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
+    /// Samples handed to the connection's queue.
     pub samples_sent: u64,
+    /// Their payload bytes, as sent.
     pub bytes_sent: u64,
+    /// Their payload bytes before compression.
     pub uncompressed_bytes_sent: u64,
+    /// Samples answered.
     pub answers_received: u64,
+    /// First tokens received (LLM benchmarks), before their answers.
     pub first_tokens_received: u64,
+    /// Samples the node reported failed.
     pub errors_received: u64,
+    /// Answer and first-token payload bytes, as received.
     pub bytes_received: u64,
+    /// The same payloads, decoded.
     pub uncompressed_bytes_received: u64,
     /// Every message from the node, heartbeats included.
     pub messages_received: u64,

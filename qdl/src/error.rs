@@ -5,37 +5,86 @@
 /// Why a configuration could not be parsed or the QDL could not connect.
 #[derive(Debug, thiserror::Error)]
 pub enum QdlError {
+    /// A `--sut` address that does not parse.
     #[error("invalid sut-node address {input:?}: {reason}")]
-    Address { input: String, reason: String },
-    #[error("invalid dispatch policy {input:?}: {reason}")]
-    Policy { input: String, reason: String },
-    #[error("invalid QDL configuration: {0}")]
-    Config(String),
-    #[error("cannot start the QDL's I/O runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    #[error("{node}: cannot connect: {reason}")]
-    Connect { node: String, reason: String },
-    #[error("{node}: {step} failed: {reason}")]
-    Rpc {
-        node: String,
-        step: &'static str,
+    Address {
+        /// The address as given.
+        input: String,
+        /// What is wrong with it.
         reason: String,
     },
+    /// A dispatch policy that does not parse or does not fit the nodes.
+    #[error("invalid dispatch policy {input:?}: {reason}")]
+    Policy {
+        /// The policy as given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Settings that cannot work (no nodes, zero connections...), or a
+    /// connection task that failed inside the QDL.
+    #[error("invalid QDL configuration: {0}")]
+    Config(String),
+    /// The QDL's own threads could not be started.
+    #[error("cannot start the QDL's I/O runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A node that cannot be reached (or whose TLS handshake fails).
+    #[error("{node}: cannot connect: {reason}")]
+    Connect {
+        /// The node, as errors name it.
+        node: String,
+        /// Why, from the transport.
+        reason: String,
+    },
+    /// A call to a node that failed or timed out.
+    #[error("{node}: {step} failed: {reason}")]
+    Rpc {
+        /// The node, as errors name it.
+        node: String,
+        /// Which call (`StartSession`, `Name`, ...).
+        step: &'static str,
+        /// Why, from the transport or the node.
+        reason: String,
+    },
+    /// A node that refused the session (wrong model or scenario, say).
     #[error("{node}: session refused: {reason}")]
-    Refused { node: String, reason: String },
+    Refused {
+        /// The node, as errors name it.
+        node: String,
+        /// The node's reason.
+        reason: String,
+    },
+    /// A node whose backend is still loading: worth asking again
+    /// (`Qdl::connect_when_ready`).
     #[error("{node}: not ready (its backend is still loading); retry once it reports ready")]
-    NotReady { node: String },
+    NotReady {
+        /// The node, as errors name it.
+        node: String,
+    },
+    /// A node that speaks another version of the protocol.
     #[error(
         "{node}: protocol version mismatch: the node speaks version {node_version}, \
          this LoadGen node speaks version {ours}"
     )]
     Version {
+        /// The node, as errors name it.
         node: String,
+        /// The version it speaks.
         node_version: u32,
+        /// The version this QDL speaks.
         ours: u32,
     },
+    /// A node whose session cannot serve this run: codecs neither side can
+    /// use, or a node name that is empty, too long or unprintable.
     #[error("{node}: {reason}")]
-    Incompatible { node: String, reason: String },
+    Incompatible {
+        /// The node, as errors name it.
+        node: String,
+        /// What does not fit, and what to change.
+        reason: String,
+    },
+    /// Two or more nodes with the same name: the summary could not tell
+    /// them apart.
     #[error("sut-node names must be unique, but these are used more than once: {0}")]
     DuplicateNames(String),
 }
@@ -43,7 +92,7 @@ pub enum QdlError {
 /// A failure inside one transport, before the caller adds the node's label.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct TransportError(pub String);
+pub(crate) struct TransportError(pub(crate) String);
 
 impl TransportError {
     /// The error and its whole source chain: tonic's top-level messages

@@ -27,14 +27,18 @@ use loadgen_engine::{
     Completer, CompletionSink, QuerySample, QuerySampleResponse, SystemUnderTest,
 };
 
-use crate::Qdl;
+use crate::sut::Qdl;
 
 /// The foreign LoadGen's completion entry points (`QuerySamplesComplete`,
 /// `FirstTokenComplete`). Called from the QDL's network threads, which live
 /// as long as the [`ForeignSut`] (see [`ForeignSut::finish`]), and, when the
 /// run fails, from the thread that issues.
 pub trait ForeignLoadGen: Send + Sync {
+    /// Hands answers to the foreign LoadGen (`QuerySamplesComplete`); each
+    /// id once.
     fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]);
+    /// Hands first tokens to the foreign LoadGen (`FirstTokenComplete`),
+    /// before their samples' answers.
     fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]);
     /// The run failed (called once, after the outstanding samples were
     /// completed, if they are tracked). The official LoadGen goes on issuing

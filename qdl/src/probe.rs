@@ -32,16 +32,22 @@ pub struct NodeProbe {
 /// the fastest one (node clock minus ours at the midpoint).
 #[derive(Clone, Debug)]
 pub struct RoundTrips {
+    /// Each probe's round trip, in the order sent.
     pub rtts: Vec<Duration>,
+    /// Node clock minus ours, in nanoseconds.
     pub clock_offset_ns: i64,
 }
 
 /// What a throughput measurement moved.
 #[derive(Clone, Copy, Debug)]
 pub struct Throughput {
+    /// Requests answered, over all connections.
     pub requests: u64,
+    /// Payload bytes sent to the node.
     pub bytes_up: u64,
+    /// Payload bytes the node sent back.
     pub bytes_down: u64,
+    /// From the start until the last request ended.
     pub elapsed: Duration,
 }
 
@@ -107,6 +113,8 @@ impl NodeProbe {
         }
     }
 
+    /// The node's self-description: name, versions, backend, OS, kernel and
+    /// network interfaces.
     pub fn describe(&self) -> Result<DescribeReply, QdlError> {
         self.rt
             .block_on(self.links[0].describe())

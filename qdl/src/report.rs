@@ -19,43 +19,63 @@
 //! Everything comes from the per-connection counters, read once here: the
 //! hot path only adds to relaxed atomics.
 
+use std::time::Duration;
+
 use compression::CodecKind;
+use proto::Codec;
 
-use crate::Qdl;
+use crate::config::NodeAddr;
+use crate::conn::Counters;
 
-pub(crate) fn facts(qdl: &Qdl) -> Vec<(String, String)> {
-    let total = qdl.stats().total();
-    let names: Vec<&str> = qdl.nodes.iter().map(|n| n.name.as_str()).collect();
-    let transports: Vec<String> = qdl
+/// What the report is made from, read from the QDL when the LoadGen asks.
+pub(crate) struct Run<'a> {
+    pub(crate) nodes: Vec<RunNode<'a>>,
+    pub(crate) connections: usize,
+    pub(crate) per_node: usize,
+    pub(crate) input_codec: Codec,
+    /// The sum of every connection's counters.
+    pub(crate) total: Counters,
+    /// From the first sample issued to now: the payload rates' time.
+    pub(crate) since_first_issue: Duration,
+}
+
+/// One node, as its session described it.
+pub(crate) struct RunNode<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) addr: &'a NodeAddr,
+    pub(crate) output_codec: Codec,
+}
+
+pub(crate) fn facts(run: &Run<'_>) -> Vec<(String, String)> {
+    let total = run.total;
+    let names: Vec<&str> = run.nodes.iter().map(|n| n.name).collect();
+    let transports: Vec<String> = run
         .nodes
         .iter()
         .map(|n| format!("{:?}", n.addr.transport).to_ascii_lowercase())
         .collect();
-    let output_codecs: Vec<String> = qdl
+    let output_codecs: Vec<String> = run
         .nodes
         .iter()
         .map(|n| CodecKind::from(n.output_codec).name().to_string())
         .collect();
-    let nodes = qdl
+    let nodes = run
         .nodes
         .iter()
         .map(|n| format!("{} at {}", n.name, n.addr))
         .collect::<Vec<_>>()
         .join(", ");
-    let secs = qdl
-        .first_issue
-        .get()
-        .map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let secs = run.since_first_issue.as_secs_f64();
     vec![
         fact("network_transport", per_node(&names, &transports)),
-        fact("network_nodes", format!("{} ({nodes})", qdl.nodes.len())),
+        fact("network_nodes", format!("{} ({nodes})", run.nodes.len())),
         fact(
             "network_connections",
-            format!("{} ({} per node)", qdl.conns.len(), qdl.per_node),
+            format!("{} ({} per node)", run.connections, run.per_node),
         ),
         fact(
             "network_input_codec",
-            CodecKind::from(qdl.input_codec).name().to_string(),
+            CodecKind::from(run.input_codec).name().to_string(),
         ),
         fact("network_output_codec", per_node(&names, &output_codecs)),
         fact("network_bytes_sent", total.bytes_sent.to_string()),

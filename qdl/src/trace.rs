@@ -127,6 +127,7 @@ impl SampleTrace {
 pub struct TraceParent(Arc<Mutex<Context>>);
 
 impl TraceParent {
+    /// Makes `parent` the parent of the spans of the samples issued next.
     pub fn set(&self, parent: Context) {
         *lock(&self.0) = parent;
     }

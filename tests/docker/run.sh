@@ -243,9 +243,9 @@ test_full_quic() {
 }
 
 # How long loadgen-node may take to exit once the run has ended: it asks
-# every node's Name() again for the summary, as upstream does, and for a node
-# that is frozen or cut off that call waits out the QDL's 10 s connect
-# timeout before the cached name is used.
+# every node's Name() again for the summary, as the official LoadGen does, and
+# for a node that is frozen or cut off that call waits out the QDL's 10 s
+# connect timeout before the cached name is used.
 exit_after_end=15
 
 now() { date +%s.%N; }

@@ -1,19 +1,33 @@
-//! Every crate's modules form layers: no module reaches, through `crate::`
-//! paths, back to a module that depends on it. Checked on the sources (the
-//! files directly in each crate's `src/`; a directory module counts as one
-//! module), so a new cycle fails here with the crate and the modules named.
+//! Every crate's modules form layers: no module reaches back to a module that
+//! depends on it. Checked on the sources, level by level of each crate's
+//! module tree (from `lib.rs` and `main.rs`, following `mod` declarations):
+//! at each level the parent's own file and each child module (with
+//! everything below it) are the nodes, and an edge is a path that names a
+//! sibling:
+//!
+//! - from a child: `crate::a` (or `crate::parent::a` below the top) and
+//!   `super::a`, grouped imports (`use crate::{a::X, b}`) included; a name
+//!   the parent re-exports (`pub use a::X`) counts as `a`, any other name
+//!   as the parent;
+//! - from the parent's own file: `a::`, `self::a::` or `crate::a`, outside
+//!   `mod` declarations and re-exports (those only pass names through).
+//!
+//! Comments are skipped. A new cycle fails here with the crate, the level
+//! and the modules named.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The crates checked, by source folder from the workspace root.
-const CRATES: &[&str] = &[
-    "loadgen-node/engine/src",
-    "loadgen-node/cli/src",
-    "qdl/src",
-    "sut-node/src",
-    "proto/src",
-    "compression/src",
+/// The crate roots checked, from the workspace root.
+const ROOTS: &[&str] = &[
+    "loadgen-node/engine/src/lib.rs",
+    "loadgen-node/cli/src/lib.rs",
+    "loadgen-node/cli/src/main.rs",
+    "qdl/src/lib.rs",
+    "sut-node/src/lib.rs",
+    "sut-node/src/main.rs",
+    "proto/src/lib.rs",
+    "compression/src/lib.rs",
 ];
 
 fn workspace() -> PathBuf {
@@ -23,49 +37,290 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Module name -> the modules its source names through `crate::`.
-fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut deps = BTreeMap::new();
-    for entry in std::fs::read_dir(src).expect("src/") {
-        let path = entry.expect("entry").path();
-        let (name, text) = if path.is_dir() {
-            let Some(name) = path.file_name().and_then(|s| s.to_str()) else {
-                continue;
-            };
-            // A directory module: all its files, as one module.
-            let mut text = String::new();
-            for file in std::fs::read_dir(&path).expect("module folder") {
-                let file = file.expect("entry").path();
-                if file.extension().is_some_and(|e| e == "rs") {
-                    text += &std::fs::read_to_string(&file).expect("readable source");
-                }
-            }
-            (name.to_string(), text)
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let name = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or_default();
-            if name == "lib" || name == "main" {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).expect("readable source");
-            (name.to_string(), text)
+/// One module: its file's code (comments removed) and its child modules.
+struct Module {
+    code: String,
+    children: Vec<(String, Module)>,
+}
+
+impl Module {
+    /// Loads the module in `file` and, recursively, the modules it declares.
+    fn load(file: &Path) -> Module {
+        let text =
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let code = without_comments(&text);
+        // `lib.rs`, `main.rs` and `mod.rs` own their folder; `a.rs` owns `a/`.
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let here = file.parent().expect("a source file has a folder");
+        let dir = if matches!(stem, "lib" | "main" | "mod") {
+            here.to_path_buf()
         } else {
-            continue;
+            here.join(stem)
         };
-        let mut used = BTreeSet::new();
-        for (i, _) in text.match_indices("crate::") {
-            let rest = &text[i + "crate::".len()..];
-            let module: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !module.is_empty() && module != name {
-                used.insert(module);
+        let mut children = Vec::new();
+        let mut path_attr = None;
+        for line in code.lines().map(str::trim) {
+            if let Some(p) = line.strip_prefix("#[path = \"") {
+                path_attr = p.strip_suffix("\"]").map(|p| here.join(p));
+                continue;
+            }
+            if let Some(name) = module_declared(line) {
+                let file = path_attr.take().unwrap_or_else(|| {
+                    let flat = dir.join(format!("{name}.rs"));
+                    if flat.exists() {
+                        flat
+                    } else {
+                        dir.join(name).join("mod.rs")
+                    }
+                });
+                children.push((name.to_string(), Module::load(&file)));
+            } else if !line.starts_with("#[") {
+                path_attr = None;
             }
         }
-        deps.insert(name, used);
+        Module { code, children }
+    }
+
+    /// This module's code and all its descendants'.
+    fn all_code(&self) -> String {
+        let mut all = self.code.clone();
+        for (_, child) in &self.children {
+            all += "\n";
+            all += &child.all_code();
+        }
+        all
+    }
+}
+
+/// `name` if `line` declares a module in its own file (`pub mod name;`).
+fn module_declared(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("pub").map_or(line, |r| {
+        let r = r.trim_start();
+        match r.strip_prefix('(') {
+            Some(r) => r.split_once(')').map_or(r, |(_, r)| r),
+            None => r,
+        }
+    });
+    let name = rest.trim_start().strip_prefix("mod ")?.strip_suffix(';')?;
+    name.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        .then_some(name)
+}
+
+/// `text` without `//` comments (whole lines, and the rest of a line after
+/// ` //`), so that a doc link is not an import.
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.trim_start().starts_with("//") {
+            out.push('\n');
+            continue;
+        }
+        out += line.split_once(" //").map_or(line, |(code, _)| code);
+        out.push('\n');
+    }
+    out
+}
+
+/// `code` without the bodies of inline modules (`mod tests { ... }`), where
+/// `super::` names the file's own module rather than its parent.
+fn outside_inline_modules(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut depth: isize = 0;
+    for line in code.lines() {
+        let trimmed = line.trim();
+        let opens = trimmed.ends_with('{') && trimmed.split_whitespace().any(|w| w == "mod");
+        if depth == 0 && !opens {
+            out += line;
+            out.push('\n');
+            continue;
+        }
+        depth = (depth + braces(line)).max(0);
+    }
+    out
+}
+
+/// `{` minus `}` on `line`, outside string and character literals.
+fn braces(line: &str) -> isize {
+    let mut count = 0;
+    let mut in_string = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if in_string => {
+                chars.next();
+            }
+            '"' => in_string = !in_string,
+            '\'' if !in_string => {
+                // A character literal: skip it whole ('{', '\'', '\n').
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with('\\') {
+                    chars.nth(2);
+                } else if rest.chars().nth(1) == Some('\'') {
+                    chars.nth(1);
+                }
+            }
+            '{' if !in_string => count += 1,
+            '}' if !in_string => count -= 1,
+            _ => {}
+        }
+    }
+    count
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The first path segment of each path that starts right after `prefix`:
+/// `a` for `prefix a::X`, and `a`, `b` for `prefix {a::X, b}`.
+fn first_segments(code: &str, prefix: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (i, _) in code.match_indices(prefix) {
+        // `prefix` must start a path (not end some longer identifier).
+        let before = code[..i].chars().next_back();
+        if prefix.starts_with(is_ident) && before.is_some_and(|c| is_ident(c) || c == ':') {
+            continue;
+        }
+        let rest = &code[i + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut item_start = true;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && !c.is_whitespace() => {
+                        item_start = false;
+                        let name: String =
+                            group[j..].chars().take_while(|&c| is_ident(c)).collect();
+                        if !name.is_empty() {
+                            found.insert(name);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        } else if rest.starts_with('*') {
+            // A glob takes names from the parent's own file.
+            found.insert("*".to_string());
+        } else {
+            let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found.remove("self");
+    found
+}
+
+/// The parent's own code without its `mod` declarations and re-exports, and
+/// the names it re-exports: name -> the child it comes from (`None` for
+/// another crate's).
+fn split_reexports(
+    code: &str,
+    children: &BTreeSet<String>,
+) -> (String, BTreeMap<String, Option<String>>) {
+    let mut rest = String::new();
+    let mut reexports = BTreeMap::new();
+    let mut statement: Option<String> = None;
+    for line in code.lines() {
+        let trimmed = line.trim_start();
+        if statement.is_none() && trimmed.starts_with("pub") && trimmed.contains(" use ") {
+            statement = Some(String::new());
+        }
+        if let Some(s) = statement.as_mut() {
+            *s += line;
+            *s += "\n";
+            if line.contains(';') {
+                let s = statement.take().unwrap_or_default();
+                let path = s.split_once(" use ").map_or("", |(_, p)| p).trim();
+                let first: String = path.chars().take_while(|&c| is_ident(c)).collect();
+                let from = children.contains(&first).then_some(first);
+                for leaf in reexported_names(path) {
+                    reexports.insert(leaf, from.clone());
+                }
+            }
+            continue;
+        }
+        if module_declared(trimmed).is_none() {
+            rest += line;
+            rest.push('\n');
+        }
+    }
+    (rest, reexports)
+}
+
+/// The names a `use` path brings in: each path's last identifier, or its
+/// `as` alias.
+fn reexported_names(path: &str) -> Vec<String> {
+    let spaced: String = path
+        .chars()
+        .flat_map(|c| match c {
+            ',' | '{' | '}' | ';' => vec![' ', c, ' '],
+            ':' => vec![' '],
+            c => vec![c],
+        })
+        .collect();
+    let tokens: Vec<&str> = spaced.split_whitespace().collect();
+    let mut names = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let next = tokens.get(i + 1).copied().unwrap_or(";");
+        let last = matches!(next, "," | "}" | ";");
+        if t.chars().all(is_ident) && *t != "self" && last {
+            names.push(t.to_string());
+        }
+    }
+    names
+}
+
+/// Whether `code` has a path that starts with `word::`.
+fn starts_path(code: &str, word: &str) -> bool {
+    let pattern = format!("{word}::");
+    code.match_indices(&pattern).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        !before.is_some_and(|c| is_ident(c) || c == ':')
+    })
+}
+
+/// The dependencies between the nodes of one level: the parent's own file
+/// (named `parent`) and its children. `absolute` is the level's path from
+/// the crate root (`crate::` at the top, `crate::backend::` below it).
+fn level(parent: &Module, absolute: &str) -> BTreeMap<String, BTreeSet<String>> {
+    const PARENT: &str = "(parent)";
+    let names: BTreeSet<String> = parent.children.iter().map(|(n, _)| n.clone()).collect();
+    let (own, reexports) = split_reexports(&parent.code, &names);
+    let resolve = |name: &str| -> Option<String> {
+        if names.contains(name) {
+            return Some(name.to_string());
+        }
+        match reexports.get(name) {
+            Some(from) => from.clone(),
+            None => Some(PARENT.to_string()),
+        }
+    };
+    let mut deps = BTreeMap::new();
+    let mut from_parent: BTreeSet<String> = first_segments(&own, absolute)
+        .into_iter()
+        .chain(first_segments(&own, "self::"))
+        .filter(|n| names.contains(n))
+        .collect();
+    from_parent.extend(names.iter().filter(|n| starts_path(&own, n)).cloned());
+    deps.insert(PARENT.to_string(), from_parent);
+    for (name, child) in &parent.children {
+        let mut used: BTreeSet<String> = first_segments(&child.all_code(), absolute)
+            .into_iter()
+            .chain(first_segments(
+                &outside_inline_modules(&child.code),
+                "super::",
+            ))
+            .filter_map(|n| resolve(&n))
+            .collect();
+        used.remove(name);
+        deps.insert(name.clone(), used);
     }
     deps
 }
@@ -95,37 +350,111 @@ fn cycle_from(
     None
 }
 
-#[test]
-fn no_module_depends_on_itself_through_others() {
-    let root = workspace();
-    let mut cycles = Vec::new();
-    for krate in CRATES {
-        let deps = dependencies(&root.join(krate));
-        assert!(deps.len() >= 2, "{krate}: modules found: {:?}", deps.keys());
-        for start in deps.keys() {
-            let mut path = vec![start.clone()];
-            if let Some(cycle) = cycle_from(&deps, &mut path, start) {
-                cycles.push(format!("{krate}: {}", cycle.join(" -> ")));
-                break;
-            }
+/// The first cycle of every level of `module`'s tree, as `level: a -> b -> a`.
+fn cycles(module: &Module, absolute: &str, out: &mut Vec<String>) {
+    if module.children.is_empty() {
+        return;
+    }
+    let deps = level(module, absolute);
+    for start in deps.keys() {
+        let mut path = vec![start.clone()];
+        if let Some(cycle) = cycle_from(&deps, &mut path, start) {
+            out.push(format!("{absolute} {}", cycle.join(" -> ")));
+            break;
         }
     }
-    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+    for (name, child) in &module.children {
+        cycles(child, &format!("{absolute}{name}::"), out);
+    }
 }
 
 #[test]
-fn the_check_finds_a_cycle() {
-    let dir = std::env::temp_dir().join(format!("module-layers-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("c")).expect("scratch");
-    std::fs::write(dir.join("a.rs"), "use crate::b::X;").expect("write");
-    std::fs::write(dir.join("b.rs"), "use crate::c::Y;").expect("write");
-    std::fs::write(dir.join("c").join("mod.rs"), "use crate::a::Z;").expect("write");
-    let deps = dependencies(&dir);
-    let mut path = vec!["a".to_string()];
-    let cycle = cycle_from(&deps, &mut path, "a");
+fn no_module_depends_on_itself_through_others() {
+    let root = workspace();
+    let mut found = Vec::new();
+    for file in ROOTS {
+        let module = Module::load(&root.join(file));
+        if file.ends_with("lib.rs") {
+            assert!(module.children.len() >= 2, "{file}: too few modules found");
+        }
+        let mut here = Vec::new();
+        cycles(&module, "crate::", &mut here);
+        found.extend(here.into_iter().map(|c| format!("{file}: {c}")));
+    }
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+/// Writes `files` (path, text) under a scratch folder and returns the cycles
+/// the check finds from its `lib.rs`.
+fn cycles_in(files: &[(&str, &str)]) -> Vec<String> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("module-layers-{}-{n}", std::process::id()));
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a folder")).expect("scratch");
+        std::fs::write(path, text).expect("write");
+    }
+    let mut found = Vec::new();
+    cycles(&Module::load(&dir.join("lib.rs")), "crate::", &mut found);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        cycle,
-        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
-    );
+    found
+}
+
+#[test]
+fn the_check_finds_cycles() {
+    // Grouped imports, a re-exported name and `super::`.
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\nmod c;\npub use c::Z;\n"),
+        ("a.rs", "use crate::{b::X, c};\n"),
+        ("b.rs", "use crate::Z;\n"),
+        ("c.rs", "use super::a::Y;\n"),
+    ]);
+    assert_eq!(found, ["crate:: a -> b -> c -> a"]);
+
+    // The root's own code, and a name defined there.
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\npub fn f() { a::g() }\n"),
+        ("a.rs", "pub fn g() { crate::f() }\n"),
+        ("b.rs", ""),
+    ]);
+    assert_eq!(found, ["crate:: (parent) -> a -> (parent)"]);
+
+    // Inside a folder module, a glob of the parent's items.
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", ""),
+        ("b/mod.rs", "mod c;\nmod d;\nfn f() { c::g() }\n"),
+        ("b/c.rs", "use super::*;\n"),
+        ("b/d.rs", ""),
+    ]);
+    assert_eq!(found, ["crate::b:: (parent) -> c -> (parent)"]);
+
+    // `super::` inside an inline module names the file's own module.
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\nfn f() { a::g() }\n"),
+        (
+            "a.rs",
+            "pub fn g() {}\nmod tests {\n    use super::*;\n    const C: char = '{';\n}\nfn h() { super::f() }\n",
+        ),
+        ("b.rs", ""),
+    ]);
+    assert_eq!(found, ["crate:: (parent) -> a -> (parent)"]);
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\nfn f() { a::g() }\n"),
+        (
+            "a.rs",
+            "pub fn g() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+        ),
+        ("b.rs", ""),
+    ]);
+    assert!(found.is_empty(), "{found:?}");
+
+    // Comments, re-exports and `mod` lines are no edges.
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\npub use a::X;\n// b::Y\n"),
+        ("a.rs", "use crate::b::Y; // crate::a\n"),
+        ("b.rs", "/// [`crate::X`]\npub struct Y;\n"),
+    ]);
+    assert!(found.is_empty(), "{found:?}");
 }

@@ -641,10 +641,10 @@ fn netns_offline_and_server_across_namespaces() {
 }
 
 /// How long loadgen-node may take to exit once the run has ended. It asks
-/// every node's `Name()` again for the summary, as upstream does, and for a
-/// node that is frozen or cut off that call waits out the QDL's 10 s connect
-/// timeout before the cached name is used; once it no longer asks a failed
-/// node, this can come down to a second or two.
+/// every node's `Name()` again for the summary, as the official LoadGen does,
+/// and for a node that is frozen or cut off that call waits out the QDL's 10 s
+/// connect timeout before the cached name is used; once it no longer asks a
+/// failed node, this can come down to a second or two.
 const EXIT_AFTER_END: Duration = Duration::from_secs(15);
 
 /// Starts a long Server run, waits until it issues, applies `fault` to node

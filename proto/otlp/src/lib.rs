@@ -415,7 +415,7 @@ pub fn parse_traceparent(text: &str) -> Option<SpanContext> {
     ))
 }
 
-/// Lower-case hex only, as the spec writes it.
+/// Lower-case hex only, as the W3C Trace Context spec writes `traceparent`.
 fn hex<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
     let digit = |c: u8| match c {
         b'0'..=b'9' => Some(c - b'0'),

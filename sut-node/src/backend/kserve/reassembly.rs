@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
+use super::output::output_bytes;
 use super::pb;
 use crate::backend::{Answer, Output, SampleSink};
 
@@ -86,7 +87,7 @@ impl StreamReassembly {
             return;
         }
         if !response.outputs.is_empty() || !response.raw_output_contents.is_empty() {
-            match super::output_bytes(&response, self.output_name.as_deref()) {
+            match output_bytes(&response, self.output_name.as_deref()) {
                 Ok(bytes) => {
                     let (buf, n) = &mut self.partial[i];
                     if *n == 0 {

@@ -10,10 +10,12 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::output::typed_to_bytes;
 use super::*;
 use pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use pb::model_infer_response::InferOutputTensor;
 use pb::model_metadata_response::TensorMetadata;
+use pb::InferTensorContents;
 
 /// Models: "echo" answers the input as raw bytes; "double" answers each FP32
 /// element doubled, as typed contents; both take FP32 [-1, -1]. A sample

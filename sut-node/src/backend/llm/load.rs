@@ -11,8 +11,8 @@ use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, quantized_llama};
 
+use super::error::LlmError;
 use super::generate::{Loaded, Model};
-use super::LlmError;
 
 /// An integer of GGUF metadata, whatever its integer type.
 fn gguf_uint(content: &gguf_file::Content, key: &str) -> Option<u64> {

@@ -16,22 +16,25 @@
 //! - `tokens`: token ids on the wire.
 //! - `load`: the two model formats.
 //! - `generate`: greedy decoding on a loaded model.
+//! - `device`, `error`: `--device` and the errors of starting, shared by
+//!   loading and the backend.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use bytes::Bytes;
 use candle_core::{DType, Device};
-use thiserror::Error;
 
 use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+pub use device::{DeviceSpec, ParseDeviceError};
+pub use error::LlmError;
 use generate::Loaded;
 use load::{load_gguf, load_safetensors};
 pub use tokens::{encode_token_ids, parse_token_ids, TokenDtype};
 
+mod device;
+mod error;
 mod generate;
 mod load;
 mod tokens;
@@ -51,44 +54,6 @@ impl From<WeightDtype> for DType {
             WeightDtype::F32 => DType::F32,
             WeightDtype::F16 => DType::F16,
             WeightDtype::Bf16 => DType::BF16,
-        }
-    }
-}
-
-/// Where the model runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeviceSpec {
-    #[default]
-    Cpu,
-    /// A CUDA GPU, by ordinal.
-    Cuda(usize),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("invalid device {0:?} (expected cpu, cuda or cuda:N)")]
-pub struct ParseDeviceError(String);
-
-impl FromStr for DeviceSpec {
-    type Err = ParseDeviceError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "cpu" => Ok(Self::Cpu),
-            "cuda" => Ok(Self::Cuda(0)),
-            other => other
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(Self::Cuda)
-                .ok_or_else(|| ParseDeviceError(s.to_string())),
-        }
-    }
-}
-
-impl fmt::Display for DeviceSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Cpu => write!(f, "cpu"),
-            Self::Cuda(n) => write!(f, "cuda:{n}"),
         }
     }
 }
@@ -127,38 +92,6 @@ impl Default for LlmOptions {
             llm_output_dtype: TokenDtype::Int32,
             llm_dtype: None,
         }
-    }
-}
-
-/// Why the llm backend could not start.
-#[derive(Debug, Error)]
-pub enum LlmError {
-    #[error("{0}: no such file or directory")]
-    Missing(PathBuf),
-    #[error("{0}: neither a .gguf file nor a directory of safetensors")]
-    UnknownFormat(PathBuf),
-    #[error(
-        "--device {0}: this sut-node was built without CUDA; rebuild it with \
-         `cargo build --release -p sut-node --features cuda`"
-    )]
-    NoCuda(DeviceSpec),
-    #[error("--device {device}: {source}")]
-    Device {
-        device: DeviceSpec,
-        source: candle_core::Error,
-    },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {what}")]
-    Model { path: PathBuf, what: String },
-}
-
-impl From<LlmError> for BackendError {
-    fn from(e: LlmError) -> Self {
-        BackendError(e.to_string())
     }
 }
 
