@@ -2,11 +2,14 @@
 # The main job on one machine: a LoadGen node driving three sut-nodes
 # (synthetic backend) over gRPC on 127.0.0.1, with built-in defaults: ResNet50,
 # Server scenario, a synthetic data set of ResNet50-sized inputs. The MLPerf
-# logs go to out/ (or $OUT_DIR). Extra arguments go to loadgen-node, e.g.
+# logs go to out/ (or $OUT_DIR). $MODEL picks another benchmark (the nodes
+# serve it, and size their message limit from its inputs). Extra arguments
+# go to loadgen-node, e.g.
 #   deploy/run-local.sh --scenario Offline --set target_qps=20000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT_DIR:-out}
+model=${MODEL:-resnet50}
 nodes=${NODES:-3}
 base_port=${BASE_PORT:-50151}
 
@@ -21,7 +24,7 @@ for i in $(seq 1 "$nodes"); do
     port=$((base_port + i - 1))
     ready=$(mktemp)
     RUST_LOG=warn target/release/sut-node serve --listen "127.0.0.1:$port" \
-        --name "local-$i" --backend synthetic --service-time fixed:100 \
+        --name "local-$i" --benchmark "$model" --backend synthetic --service-time fixed:100 \
         --max-batch-size 8 --max-batch-wait-us 200 >"$ready" &
     pids+=($!)
     # Wait for the node's ready line (it loads and warms up first).
@@ -35,7 +38,7 @@ for i in $(seq 1 "$nodes"); do
     sut="${sut:+$sut,}127.0.0.1:$port"
 done
 
-target/release/loadgen-node --sut "$sut" --model resnet50 --scenario Server \
+target/release/loadgen-node --sut "$sut" --model "$model" --scenario Server \
     --mode PerformanceOnly --set target_qps=200 --set min_duration=10000 \
     --total-sample-count 1024 --no-trace --output-dir "$out/server" "$@"
 echo "MLPerf logs: $out/server"

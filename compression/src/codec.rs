@@ -59,10 +59,7 @@ impl fmt::Display for CodecKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
     /// The frame declares (or, decoding, produces) more bytes than allowed.
-    #[error(
-        "{codec} frame of {frame_len} bytes {how} {size} bytes, more than the limit of {max_len} \
-         bytes (refused before allocating it)"
-    )]
+    #[error("{codec} frame of {frame_len} bytes {}", too_large(how, *size, *max_len))]
     TooLarge {
         codec: CodecKind,
         frame_len: usize,
@@ -82,6 +79,25 @@ pub enum CodecError {
     /// A wire codec value this build does not know.
     #[error("unknown codec value {0} (known: 0 none, 1 zstd, 2 lz4)")]
     Unknown(i32),
+}
+
+/// What happened to a frame over the limit, by `CodecError::TooLarge`'s `how`.
+fn too_large(how: &str, size: u64, max_len: usize) -> String {
+    match how {
+        "declares" => format!(
+            "declares {size} bytes, more than the limit of {max_len} bytes (refused before \
+             allocating its output)"
+        ),
+        "decodes to more than" => format!(
+            "decodes to more than the limit of {max_len} bytes (decoding stopped one byte past \
+             the limit, its output dropped)"
+        ),
+        "holds" => format!(
+            "holds {size} bytes, more than the limit of {max_len} bytes (refused before copying \
+             it)"
+        ),
+        other => format!("{other} {size} bytes, more than the limit of {max_len} bytes"),
+    }
 }
 
 impl CodecError {

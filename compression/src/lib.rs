@@ -7,9 +7,11 @@
 //! - [`CodecSpec`]: what an operator asks for (`none`, `zstd[:LEVEL]`,
 //!   `lz4`), parsed from the command line; [`CodecSpec::codec`] builds it.
 //! - [`decompress`]: decodes a payload of a given [`CodecKind`], bounded by a
-//!   maximum decoded size. A frame that declares or produces more than that is
-//!   refused before the memory for it is allocated, so a small payload can
-//!   never make its receiver allocate gigabytes (no decompression bombs).
+//!   maximum decoded size. A frame that declares more than that is refused
+//!   before the memory for it is allocated, and one that produces more is cut
+//!   off one byte past it, so a small payload can never make its receiver
+//!   allocate gigabytes (no decompression bombs). [`output_bound`] says, from
+//!   the frame alone, how much decoding it may hold at most.
 //! - [`policy`]: which benchmarks may compress their inputs.
 //! - [`wire`]: the mapping to and from the protocol's `proto::Codec`.
 
@@ -40,6 +42,23 @@ impl CodecKind {
 /// Decodes `frame`, a payload of codec `kind`, into at most `max_len` bytes.
 pub fn decompress(kind: CodecKind, frame: &[u8], max_len: usize) -> Result<Vec<u8>, CodecError> {
     kind.decoder().decompress(frame, max_len)
+}
+
+/// The most bytes [`decompress`] may hold for the output of `frame` under
+/// `max_len`, known before decoding: its declared size when its header
+/// declares one (0 when that is over the limit or impossible: it is refused
+/// unread), else `max_len + 1` (the streaming decoder's cut-off).
+pub fn output_bound(kind: CodecKind, frame: &[u8], max_len: usize) -> usize {
+    let declared = match kind {
+        CodecKind::None => Some(frame.len() as u64),
+        CodecKind::Zstd => zstd::declared_len(frame),
+        CodecKind::Lz4 => lz4::declared_len(frame),
+    };
+    match declared {
+        Some(size) if size <= max_len as u64 => size as usize,
+        Some(_) => 0,
+        None => max_len.saturating_add(1),
+    }
 }
 
 /// A codec as an operator chooses it: `none`, `zstd`, `zstd:LEVEL` or `lz4`.
@@ -186,11 +205,55 @@ mod tests {
     }
 
     #[test]
+    fn output_bounds_come_from_the_frame_alone() {
+        let data = vec![3u8; 10_000];
+        for kind in CodecKind::ALL {
+            let frame = CodecSpec::from(kind).codec().compress(&data);
+            assert_eq!(output_bound(kind, &frame, 1 << 20), 10_000, "{kind}");
+            // Over the limit: refused unread, nothing held.
+            assert_eq!(output_bound(kind, &frame, 9_999), 0, "{kind}");
+        }
+        // No declared size: what the streaming decoder may reach.
+        let mut streamed = Vec::new();
+        let mut enc = ::zstd::stream::Encoder::new(&mut streamed, 3).unwrap();
+        std::io::Write::write_all(&mut enc, &data).unwrap();
+        enc.finish().unwrap();
+        assert_eq!(
+            output_bound(CodecKind::Zstd, &streamed, 1 << 20),
+            (1 << 20) + 1
+        );
+        assert_eq!(output_bound(CodecKind::Zstd, b"junk", 1 << 20), 0);
+        assert_eq!(output_bound(CodecKind::Lz4, b"\x01", 1 << 20), 0);
+    }
+
+    #[test]
     fn errors_name_the_codec_and_the_sizes() {
         let e = CodecError::declares(CodecKind::Zstd, &[0; 13], 1 << 40, 1024).to_string();
         assert!(
             e.contains("zstd frame of 13 bytes declares 1099511627776 bytes")
                 && e.contains("limit of 1024"),
+            "{e}"
+        );
+        assert!(e.contains("refused before allocating"), "{e}");
+        let e = CodecError::TooLarge {
+            codec: CodecKind::Zstd,
+            frame_len: 13,
+            how: "decodes to more than",
+            size: 1024,
+            max_len: 1024,
+        }
+        .to_string();
+        assert_eq!(
+            e,
+            "zstd frame of 13 bytes decodes to more than the limit of 1024 bytes (decoding \
+             stopped one byte past the limit, its output dropped)"
+        );
+        let e = crate::none::Identity
+            .decompress(&[0; 5], 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("holds 5 bytes") && e.contains("before copying"),
             "{e}"
         );
         let e = CodecError::corrupt(CodecKind::Lz4, &[1, 2], "truncated").to_string();

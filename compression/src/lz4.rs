@@ -29,6 +29,23 @@ pub fn max_decoded_len(block_len: usize) -> u64 {
         .saturating_add(SLACK)
 }
 
+/// The size `frame`'s prefix declares (`u64::MAX` when the frame is too
+/// short to have one, or its block too short to hold that much: refused
+/// unread).
+pub(crate) fn declared_len(frame: &[u8]) -> Option<u64> {
+    let (Some(prefix), Some(block)) = (frame.get(..PREFIX), frame.get(PREFIX..)) else {
+        return Some(u64::MAX);
+    };
+    let mut le = [0u8; PREFIX];
+    le.copy_from_slice(prefix);
+    let size = u32::from_le_bytes(le) as u64;
+    Some(if size > max_decoded_len(block.len()) {
+        u64::MAX
+    } else {
+        size
+    })
+}
+
 impl SampleCodec for Lz4 {
     fn kind(&self) -> CodecKind {
         CodecKind::Lz4

@@ -66,6 +66,18 @@ fn error_text(code: usize) -> String {
     zstd_safe::get_error_name(code).to_string()
 }
 
+/// The size `frame` declares, when it is one frame whose header declares
+/// it (`Some(u64::MAX)` when it is not a zstd frame at all: refused unread).
+pub(crate) fn declared_len(frame: &[u8]) -> Option<u64> {
+    match zstd_safe::get_frame_content_size(frame) {
+        Err(_) => Some(u64::MAX),
+        Ok(Some(size)) if zstd_safe::find_frame_compressed_size(frame) == Ok(frame.len()) => {
+            Some(size)
+        }
+        Ok(_) => None,
+    }
+}
+
 impl SampleCodec for Zstd {
     fn kind(&self) -> CodecKind {
         CodecKind::Zstd

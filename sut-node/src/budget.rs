@@ -1,7 +1,10 @@
 //! Decoded-input budgets: how many bytes of received, not yet run samples
-//! the node holds, in total and for each connection. A reader that finds a
-//! budget spent stops reading its stream (the transport's flow control then
-//! holds the client back) until samples have run.
+//! the node holds, in total and for each connection. A sample is charged
+//! when it is taken off its stream, before it is decoded, at the most its
+//! frame may decode to, and cut down to its real size once decoded. A
+//! reader that finds a budget spent stops reading its stream (the
+//! transport's flow control then holds the client back) until samples have
+//! run.
 //!
 //! The per-connection budget keeps one client from taking the node's whole
 //! budget, and names the connection for the batcher's round robin.

@@ -84,6 +84,16 @@ pub fn decode_input(codec: i32, payload: Bytes, max_len: usize) -> Result<Bytes,
         .map_err(|e| format!("cannot decode the input (--max-input-bytes {max_len}): {e}"))
 }
 
+/// The most bytes decoding `payload` (sent with `codec`) under `max_len`
+/// may hold, known before decoding it (see `compression::output_bound`): the
+/// budgets charge a sample this much until its real size is known.
+pub fn input_bound(codec: i32, payload: &[u8], max_len: usize) -> usize {
+    match CodecKind::from_wire(codec) {
+        Ok(kind) => compression::output_bound(kind, payload, max_len),
+        Err(_) => 0,
+    }
+}
+
 /// Compresses every first token and answer of `message` with `codec` (a
 /// no-op for `none`), marking each payload with its codec.
 pub fn encode_output(codec: &dyn SampleCodec, message: &mut FromNode) {

@@ -56,8 +56,8 @@ pub(crate) struct DataPath {
     pub(crate) batcher: Batcher<Job>,
     /// Becomes true when the node shuts down.
     pub(crate) stop: tokio::sync::watch::Receiver<bool>,
-    /// The decoded-bytes budget of the samples received and not yet run
-    /// (`Limits::max_decoded_bytes`).
+    /// The decoded-bytes budget of the samples received and not yet run,
+    /// those being decoded included (`Limits::max_decoded_bytes`).
     pub(crate) decoded: Budget,
     /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
     pub(crate) connections: Connections,
@@ -431,17 +431,52 @@ async fn read_samples<S, E>(
                 })) => {
                     tally.sample(sample.codec, sample.payload.len());
                     let (codec, payload) = (sample.codec, sample.payload);
+                    // Charged before decoding, at the most its decode may
+                    // hold: inputs being decoded count against the budgets.
+                    let bound = codec::input_bound(codec, &payload, max_input);
+                    let mine = connection.budget.units(bound);
+                    let all = node.decoded.units(bound);
+                    let budget = match try_budget(&connection, &node, mine, all) {
+                        Some(b) => b,
+                        None => {
+                            // What this stream holds goes to the batcher
+                            // first, so that it waits only on samples that
+                            // will run and give their share back.
+                            while let Some(d) = decodes.next(true).await {
+                                place(d, &mut tally, &mut chunk, &reply, &connection, &node);
+                            }
+                            if !submit(&mut chunk, &reply, &connection, &node, &mut stop).await {
+                                break 'read;
+                            }
+                            let wait = wait_budget(&connection, &node, mine, all);
+                            let budget = tokio::select! {
+                                biased;
+                                _ = stopped(&mut stop) => break 'read,
+                                b = wait => b,
+                            };
+                            let Some(budget) = budget else {
+                                break 'read;
+                            };
+                            received = std::time::Instant::now();
+                            budget
+                        }
+                    };
                     let work = if codec == Codec::None as i32 {
                         Err(codec::decode_input(codec, payload, max_input))
                     } else {
                         received = std::time::Instant::now();
                         Ok(move || codec::decode_input(codec, payload, max_input))
                     };
-                    let meta = (sample.id, sample.traceparent, received);
+                    let taken = Taken {
+                        id: sample.id,
+                        traceparent: sample.traceparent,
+                        received,
+                        budget,
+                    };
                     match work {
                         // Nothing decoding ahead of it: placed at once.
-                        Err(input) if decodes.len() == 0 => ready = Some((meta, input)),
-                        work => decodes.start(meta, &node.decoding, work).await,
+                        Err(input) if decodes.len() == 0 => ready = Some((taken, input)),
+                        work => decodes.start(taken, &node.decoding, work).await,
                     }
                 }
                 Ok(Some(ToNode { kind: None })) => {
@@ -473,20 +508,7 @@ async fn read_samples<S, E>(
                         None => break,
                     },
                 };
-                let placed = place(
-                    decoded,
-                    &mut tally,
-                    &mut chunk,
-                    &reply,
-                    &connection,
-                    &node,
-                    &mut stop,
-                );
-                match placed.await {
-                    None => break 'read,
-                    Some(true) => received = std::time::Instant::now(),
-                    Some(false) => {}
-                }
+                place(decoded, &mut tally, &mut chunk, &reply, &connection, &node);
             }
             match following {
                 Some(m) => next = m,
@@ -510,58 +532,62 @@ async fn read_samples<S, E>(
     reply.wake.notify_one();
 }
 
-/// A sample (id, trace context, when it was received) and its input, or
-/// why it could not be decoded.
-type Decoded = ((u64, String, std::time::Instant), Result<Bytes, String>);
+/// A sample taken from the stream: its id, trace context, when it was
+/// received, and the share of the budgets it was charged on arrival.
+struct Taken {
+    id: u64,
+    traceparent: String,
+    received: std::time::Instant,
+    budget: Permits,
+}
 
-/// A decoded sample into `chunk` with its share of the budgets: the decoded
-/// bytes count against the connection's and the node's budgets until the
-/// sample has run; if one is spent, `chunk` goes to the batcher first, then
-/// the reader waits. A sample that could not be decoded is answered with
-/// the error. Whether it had to wait; `None` when the node stops first.
-async fn place(
-    ((id, traceparent, received), decoded): Decoded,
+/// A sample and its input, or why it could not be decoded.
+type Decoded = (Taken, Result<Bytes, String>);
+
+/// A decoded sample into `chunk`, where it keeps its share of the budgets
+/// until it has run, cut down to its real size. A sample that could not be
+/// decoded is answered with the error, and gives its share back.
+fn place(
+    (taken, decoded): Decoded,
     tally: &mut Received,
     chunk: &mut Vec<Job>,
     reply: &Arc<Reply>,
     connection: &Connection,
     node: &DataPath,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
-) -> Option<bool> {
+) {
+    let Taken {
+        id,
+        traceparent,
+        received,
+        budget: (mut own, mut shared),
+    } = taken;
     let input = match decoded {
         Ok(input) => input,
         Err(message) => {
             tally.rejected += 1;
             reply.send_error(id, message);
-            return Some(false);
+            return;
         }
     };
-    let mine = connection.budget.units(input.len());
-    let all = node.decoded.units(input.len());
-    let (budget, waited) = match try_budget(connection, node, mine, all) {
-        Some(b) => (b, false),
-        None => {
-            if !submit(chunk, reply, connection, node, stop).await {
-                return None;
-            }
-            let wait = wait_budget(connection, node, mine, all);
-            let budget = tokio::select! {
-                biased;
-                _ = stopped(stop) => return None,
-                b = wait => b?,
-            };
-            (budget, true)
-        }
-    };
+    shrink(&mut own, connection.budget.units(input.len()));
+    shrink(&mut shared, node.decoded.units(input.len()));
     chunk.push(Job {
         id,
         input,
         reply: Arc::clone(reply),
-        _budget: Some(budget),
+        _budget: Some((own, shared)),
         received,
         trace: crate::otlp::received(&traceparent, received),
     });
-    Some(waited)
+}
+
+/// Gives back what `permit` holds beyond `units`. (An input never decodes
+/// to more than its bound, so there is never less.)
+fn shrink(permit: &mut OwnedSemaphorePermit, units: u32) {
+    let excess = permit.num_permits().saturating_sub(units as usize);
+    if excess > 0 {
+        drop(permit.split(excess));
+    }
 }
 
 /// Hands `chunk` to the batcher; false when the node stops first (what did
@@ -1220,6 +1246,141 @@ mod tests {
         assert_eq!(decodes.next(false).await.map(|d| d.0), Some(1));
         assert_eq!(decodes.next(false).await.map(|d| d.0), Some(2));
         assert!(decodes.next(false).await.is_none());
+    }
+
+    /// Holds its first batch until `release` is dropped; says when it has it.
+    struct HeldFirst {
+        started: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+        release: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl Backend for HeldFirst {
+        fn name(&self) -> &str {
+            "held-first"
+        }
+        fn warm_up(&self) -> Result<(), crate::backend::BackendError> {
+            Ok(())
+        }
+        fn infer(
+            &self,
+            inputs: &[Bytes],
+            _: BatchInfo,
+            _: &mut dyn SampleSink,
+        ) -> Result<Vec<Output>, crate::backend::BackendError> {
+            if let Some(started) = self.started.lock().unwrap().take() {
+                let _ = started.send(());
+                let _ = self.release.lock().unwrap().recv();
+            }
+            Ok(inputs.iter().map(|_| answer(1, 1)).collect())
+        }
+    }
+
+    // Paused time: the long sleep below ends only once every task waits and
+    // no decode runs, i.e. once the readers have taken all they can.
+    #[tokio::test(start_paused = true)]
+    async fn inputs_being_decoded_count_against_the_nodes_budget() {
+        const INPUT: usize = 64 << 10;
+        const STREAMS: usize = 8;
+        const SENT: usize = 16;
+        const TURNS: usize = 4;
+        let (started, has_started) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let backend = HeldFirst {
+            started: Mutex::new(Some(started)),
+            release: Mutex::new(released),
+        };
+        let config = NodeConfig {
+            name: "budget".into(),
+            model: None,
+            batch: crate::batcher::BatchPolicy {
+                max_batch_size: 1,
+                max_wait: std::time::Duration::ZERO,
+            },
+            heartbeat: None,
+            shutdown_grace: std::time::Duration::from_secs(10),
+            codecs: codec::NodeCodecs {
+                output: compression::CodecSpec::NONE,
+                max_input_bytes: INPUT,
+            },
+            limits: crate::limits::Limits {
+                // Four inputs, node-wide; each connection could hold them all.
+                max_decoded_bytes: 4 * INPUT,
+                ..crate::limits::Limits::default()
+            },
+        };
+        let (_stop, stop) = tokio::sync::watch::channel(false);
+        let mut node = DataPath::start(config, Arc::new(backend), stop).unwrap();
+        // As many decodes at once as a 4-core machine runs, whatever this one.
+        node.decoding = Arc::new(tokio::sync::Semaphore::new(TURNS));
+        node.decoding_turns = TURNS;
+        let node = Arc::new(node);
+
+        // Frames that decode to just under the limit: with their size in
+        // the header, and streamed (no size: charged at the limit).
+        let data = vec![7u8; INPUT - 1];
+        let declared = Bytes::from(
+            compression::CodecSpec::from(compression::CodecKind::Zstd)
+                .codec()
+                .compress(&data),
+        );
+        let streamed = {
+            let mut out = Vec::new();
+            let mut enc = zstd::stream::Encoder::new(&mut out, 1).unwrap();
+            std::io::Write::write_all(&mut enc, &data).unwrap();
+            enc.finish().unwrap();
+            Bytes::from(out)
+        };
+        let mut inputs = Vec::new();
+        let mut answers = Vec::new();
+        for s in 0..STREAMS {
+            let (tx, rx) = mpsc::channel(SENT);
+            for i in 0..SENT {
+                let payload = if s % 2 == 0 { &declared } else { &streamed };
+                let sample = proto::SampleRequest {
+                    id: (s * SENT + i) as u64,
+                    payload: payload.clone(),
+                    codec: Codec::Zstd as i32,
+                    ..Default::default()
+                };
+                let message = ToNode {
+                    kind: Some(to_node::Kind::Sample(sample)),
+                };
+                tx.try_send(message).unwrap();
+            }
+            // Each stream on a connection of its own.
+            let peer = std::net::SocketAddr::from(([10, 0, 0, 1], 5000 + s as u16));
+            let connection = node.connections.of(Some(peer));
+            let input = ReceiverStream::new(rx).map(Ok::<_, String>);
+            answers.push(open(s as u64, input, connection, Arc::clone(&node)));
+            inputs.push(tx);
+        }
+        tokio::task::spawn_blocking(move || has_started.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+
+        // The backend holds one sample; the budget holds at most four
+        // decoded inputs (it included); each stream may hold one more
+        // sample, not yet decoded, waiting for its share.
+        let taken: usize = inputs.iter().map(|tx| tx.capacity()).sum();
+        assert!(
+            taken <= 4 + STREAMS,
+            "{taken} samples taken with a budget of four inputs and {STREAMS} streams"
+        );
+
+        // Once the backend runs, every sample is answered.
+        drop(release);
+        drop(inputs);
+        let mut answered = 0;
+        for stream in &mut answers {
+            while let Some(m) = stream.next().await {
+                let m = m.unwrap();
+                assert!(m.errors.is_empty(), "{:?}", m.errors);
+                answered += m.answers.len();
+            }
+        }
+        assert_eq!(answered, STREAMS * SENT);
     }
 
     fn room_now(reply: &Reply, limit: usize, unknown: usize) -> Option<Option<usize>> {

@@ -15,7 +15,9 @@ pub struct Limits {
     /// taking samples from that stream until its reader catches up.
     pub max_waiting_answer_bytes: usize,
     /// Input bytes (as decoded) of the samples received and not yet run,
-    /// all streams together; past it the node stops reading samples.
+    /// all streams together, those being decoded included (charged at the
+    /// most their frame may decode to until decoded); past it the node stops
+    /// reading samples.
     pub max_decoded_bytes: usize,
     /// The share of `max_decoded_bytes` one connection may hold, so that no
     /// client takes the whole node's.
@@ -24,13 +26,15 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections served at once from one IP address.
     pub max_connections_per_peer: usize,
-    /// Streams open at once on one connection (gRPC; QUIC bidirectional).
+    /// Streams open at once on one connection (gRPC streams; QUIC
+    /// bidirectional streams, control requests included).
     pub max_streams_per_connection: u32,
     /// A connection must complete its TLS handshake, or send its first
     /// bytes, within this time.
     pub handshake_timeout: Duration,
     /// A connection that carries no bytes either way for this long is closed
-    /// (the LoadGen node keeps its connections alive with pings).
+    /// (the LoadGen node keeps its connections alive with pings, or QUIC
+    /// keep-alives; the node sends none of its own).
     pub idle_timeout: Duration,
 }
 

@@ -250,7 +250,8 @@ struct LimitArgs {
     max_waiting_answer_bytes: usize,
 
     /// Input bytes (as decoded) of the samples received and not yet run, all
-    /// streams together; past it the node stops reading samples.
+    /// streams together, those being decoded included; past it the node
+    /// stops reading samples.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_decoded_bytes,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 40),
           help_heading = "Limits")]
@@ -276,7 +277,8 @@ struct LimitArgs {
           help_heading = "Limits")]
     max_connections_per_peer: usize,
 
-    /// Streams open at once on one connection.
+    /// Streams open at once on one connection (gRPC streams, or QUIC
+    /// bidirectional streams, control requests included).
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_streams_per_connection,
           value_parser = clap::value_parser!(u32).range(2..=1024),
           help_heading = "Limits")]
@@ -290,7 +292,7 @@ struct LimitArgs {
 
     /// Seconds after which a connection that carried nothing either way is
     /// closed (for QUIC: the idle timeout the node offers; a connection
-    /// gets the shorter of both sides').
+    /// gets the shorter of both sides'; the node sends no keep-alives).
     #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().idle_timeout.as_secs_f64(),
           help_heading = "Limits")]
     idle_timeout: f64,
@@ -713,7 +715,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Resul
             });
         };
         let target = quic_listen.or(grpc_addr).unwrap_or(listen_addr);
-        match sut_node::quic::endpoint(target, quic_tls, limits.idle_timeout) {
+        match sut_node::quic::endpoint(target, quic_tls, limits) {
             Ok(endpoint) => {
                 let quic_addr = Some(endpoint.local_addr().context("QUIC socket")?);
                 return Ok(Bound {

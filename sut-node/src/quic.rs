@@ -31,6 +31,7 @@ use tonic::transport::server::TcpConnectInfo;
 use tracing::{debug, info, warn};
 
 use crate::infer;
+use crate::limits::Limits;
 use crate::listen::{Slot, Slots, Throttled};
 use crate::node::{Node, ServeError, Service};
 use crate::stop::stopped;
@@ -41,30 +42,33 @@ const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long, after its last frame, a stream waits for the client to
 /// acknowledge it before the connection may close.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
-/// Control streams come and go; an Infer stream lasts the run.
-const CLIENT_STREAMS: u32 = 256;
-
-/// The node's QUIC settings: those of `proto::quic`, the LoadGen node's too.
-pub fn transport_config() -> quinn::TransportConfig {
-    quic::transport_config(CLIENT_STREAMS)
+/// The node's QUIC settings: those of `proto::quic` (the LoadGen node's
+/// too), with `max_streams` bidirectional streams open at once per
+/// connection, and no keep-alives: one side's keep-alives keep a connection
+/// open, and the LoadGen node sends its own, so a client gone silent meets
+/// the node's idle timeout instead of being kept alive by the node.
+pub fn transport_config(max_streams: u32) -> quinn::TransportConfig {
+    let mut t = quic::transport_config(max_streams);
+    t.keep_alive_interval(None);
+    t
 }
 
 /// A QUIC endpoint on `addr` (UDP) serving with `tls` (its ALPN must be
-/// `proto::quic::ALPN`). A connection silent for `idle_timeout` (no packet
-/// at all, keep-alives included) is closed; QUIC takes the shorter of this
-/// and the client's own.
+/// `proto::quic::ALPN`) within `limits`: a connection silent for their idle
+/// timeout (no packet at all, the client's keep-alives included) is closed;
+/// QUIC takes the shorter of this and the client's own.
 pub fn endpoint(
     addr: SocketAddr,
     tls: rustls::ServerConfig,
-    idle_timeout: Duration,
+    limits: &Limits,
 ) -> std::io::Result<quinn::Endpoint> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| std::io::Error::other(format!("TLS configuration for QUIC: {e}")))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    let mut transport = transport_config();
+    let mut transport = transport_config(limits.max_streams_per_connection);
     // Out of QUIC's range (about 146,000 years) only if longer than the
     // flag allows.
-    if let Ok(idle) = quinn::IdleTimeout::try_from(idle_timeout) {
+    if let Ok(idle) = quinn::IdleTimeout::try_from(limits.idle_timeout) {
         transport.max_idle_timeout(Some(idle));
     }
     config.transport_config(Arc::new(transport));
@@ -163,8 +167,8 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
     let mut kind = [0u8; 1];
     match tokio::time::timeout(FIRST_BYTE_TIMEOUT, recv.read_exact(&mut kind)).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return debug!(%peer, "stream ended before its type: {e}"),
-        Err(_) => return debug!(%peer, "stream sent no type within {FIRST_BYTE_TIMEOUT:?}"),
+        Ok(Err(e)) => return warn!(%peer, "QUIC stream ended before its type: {e}"),
+        Err(_) => return warn!(%peer, "QUIC stream sent no type within {FIRST_BYTE_TIMEOUT:?}"),
     }
     let service = Service(Arc::clone(&node));
     let service = &service;
@@ -216,7 +220,7 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
             let m = control_sized(
                 &mut recv,
                 peer,
-                MAX_DATA_FRAME,
+                data_frame_limit(&node),
                 move |r: tonic::Request<proto::ProbeRequest>| async move { service.probe(r).await },
             )
             .await;
@@ -226,11 +230,16 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
         other => Err(format!("unknown stream type {other}")),
     };
     if let Err(e) = reply {
-        debug!(%peer, "answering a stream with an error: {e}");
+        warn!(%peer, "answering a QUIC stream with an error: {e}");
         out.clear();
         encode_error(&e, &mut out);
     }
     finish(&mut send, out.freeze()).await;
+}
+
+/// The largest Infer or Probe frame accepted: the node's message limit.
+fn data_frame_limit(node: &Node) -> usize {
+    node.config().limits.max_message_bytes.min(MAX_DATA_FRAME)
 }
 
 fn encoded(reply: Result<impl Message, String>, out: &mut BytesMut) -> Result<(), String> {
@@ -333,7 +342,7 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     }
     let input = QuicSamples {
         recv,
-        decoder: FrameDecoder::new(node.config().limits.max_message_bytes.min(MAX_DATA_FRAME)),
+        decoder: FrameDecoder::new(data_frame_limit(&node)),
     };
     let connection = node.data.connections.of(Some(peer));
     let mut answers = infer::open(stream, input, connection, Arc::clone(&node.data)).into_inner();

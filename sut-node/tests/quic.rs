@@ -35,28 +35,36 @@ async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
 struct Node {
     conn: quinn::Connection,
     _client: quinn::Endpoint,
+    addr: std::net::SocketAddr,
+    fingerprint: proto::tls::Fingerprint,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The LoadGen node's QUIC settings (it accepts no streams from the node).
+fn loadgen_transport() -> quinn::TransportConfig {
+    proto::quic::transport_config(0)
+}
+
 impl Node {
     async fn start(name: &str) -> Node {
-        let idle = sut_node::limits::Limits::default().idle_timeout;
-        Node::start_with(name, idle, sut_node::quic::transport_config()).await
+        let limits = sut_node::limits::Limits::default();
+        Node::start_with(name, limits, OUTPUT, loadgen_transport()).await
     }
 
-    /// A node whose QUIC idle timeout is `idle`, and a client connected to
-    /// it with `client_transport`.
+    /// A node within `limits` whose answers are `output` bytes, and a
+    /// client connected to it with `client_transport`.
     async fn start_with(
         name: &str,
-        idle: Duration,
+        limits: sut_node::limits::Limits,
+        output: usize,
         client_transport: quinn::TransportConfig,
     ) -> Node {
         let tls = NodeTls::load(None, None, &[], &[]).unwrap();
         let endpoint = sut_node::quic::endpoint(
             "127.0.0.1:0".parse().unwrap(),
             tls.server_config(ALPN).unwrap(),
-            idle,
+            &limits,
         )
         .unwrap();
         let addr = endpoint.local_addr().unwrap();
@@ -70,11 +78,11 @@ impl Node {
             heartbeat: Some(Duration::from_millis(50)),
             shutdown_grace: Duration::from_secs(5),
             codecs: NodeCodecs::default(),
-            limits: sut_node::limits::Limits::default(),
+            limits,
         };
         let backend = Arc::new(Synthetic::new(SyntheticConfig {
             service_time: "fixed:0".parse().unwrap(),
-            output_size: OUTPUT,
+            output_size: output,
             llm_tokens: 0,
             seed: 1,
         }));
@@ -101,32 +109,24 @@ impl Node {
             .unwrap();
         });
         within("ready", ready).await.unwrap();
-
-        let tls = ClientTls {
-            check: ServerCheck::Pinned(vec![tls.fingerprint()]),
-            identity: None,
-        };
-        let (crypto, _) = tls.client_config(ALPN).unwrap();
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
-        let mut client = quinn::Endpoint::new(
-            sut_node::quic::endpoint_config(),
-            None,
-            std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
-            Arc::new(quinn::TokioRuntime),
-        )
-        .unwrap();
-        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
-        cc.transport_config(Arc::new(client_transport));
-        client.set_default_client_config(cc);
-        let conn = within("connect", client.connect(addr, "localhost").unwrap())
-            .await
-            .unwrap();
+        let fingerprint = tls.fingerprint();
+        let (client, conn) = connect(addr, fingerprint, client_transport).await;
         Node {
             conn,
             _client: client,
+            addr,
+            fingerprint,
             stop: Some(stop),
             task,
         }
+    }
+
+    /// Another client of the node, from an endpoint of its own.
+    async fn connect(
+        &self,
+        transport: quinn::TransportConfig,
+    ) -> (quinn::Endpoint, quinn::Connection) {
+        connect(self.addr, self.fingerprint, transport).await
     }
 
     /// Opens a stream of `kind` and sends `bytes` on it (then ends it if
@@ -182,6 +182,33 @@ impl Node {
         }
         within("the node to stop", &mut self.task).await.unwrap();
     }
+}
+
+async fn connect(
+    addr: std::net::SocketAddr,
+    fingerprint: proto::tls::Fingerprint,
+    transport: quinn::TransportConfig,
+) -> (quinn::Endpoint, quinn::Connection) {
+    let tls = ClientTls {
+        check: ServerCheck::Pinned(vec![fingerprint]),
+        identity: None,
+    };
+    let (crypto, _) = tls.client_config(ALPN).unwrap();
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
+    let mut client = quinn::Endpoint::new(
+        sut_node::quic::endpoint_config(),
+        None,
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        Arc::new(quinn::TokioRuntime),
+    )
+    .unwrap();
+    let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
+    cc.transport_config(Arc::new(transport));
+    client.set_default_client_config(cc);
+    let conn = within("connect", client.connect(addr, "localhost").unwrap())
+        .await
+        .unwrap();
+    (client, conn)
 }
 
 fn sample(id: u64) -> ToNode {
@@ -359,12 +386,19 @@ async fn malformed_streams_end_cleanly_and_the_node_keeps_serving() {
 
 #[tokio::test]
 async fn a_silent_connection_is_closed_after_the_nodes_idle_timeout() {
+    // Longer than the LoadGen node's keep-alive interval (2 s).
+    let limits = sut_node::limits::Limits {
+        idle_timeout: Duration::from_secs(4),
+        ..sut_node::limits::Limits::default()
+    };
     // A client that never sends keep-alives and asks for no idle timeout
     // of its own: the node's decides.
-    let mut silent = sut_node::quic::transport_config();
+    let mut silent = loadgen_transport();
     silent.keep_alive_interval(None);
     silent.max_idle_timeout(None);
-    let node = Node::start_with("quic-idle", Duration::from_millis(300), silent).await;
+    let node = Node::start_with("quic-idle", limits, OUTPUT, silent).await;
+    // The LoadGen node's own connection, as idle, but with its keep-alives.
+    let (_endpoint, kept) = node.connect(loadgen_transport()).await;
     let reason = within("the node to close the connection", node.conn.closed()).await;
     // Timed out on both sides at once, or, when a late packet of the client
     // reaches a node that has already forgotten the connection, reset.
@@ -375,4 +409,173 @@ async fn a_silent_connection_is_closed_after_the_nodes_idle_timeout() {
         ),
         "{reason}"
     );
+    // Idle as long, the kept-alive connection is still served.
+    assert!(kept.close_reason().is_none(), "{:?}", kept.close_reason());
+    let (mut send, mut recv) = within("a stream", kept.open_bi()).await.unwrap();
+    let mut body = BytesMut::new();
+    body.put_u8(stream_type::NAME);
+    encode_message(&NameRequest {}, &mut body).unwrap();
+    send.write_all(&body).await.unwrap();
+    send.finish().unwrap();
+    let reply = within("the reply", recv.read_to_end(1 << 20))
+        .await
+        .unwrap();
+    let mut decoder = FrameDecoder::new(1 << 20);
+    decoder.push(Bytes::from(reply));
+    let name: NameReply = decoder
+        .next_frame()
+        .unwrap()
+        .unwrap()
+        .decode("reply")
+        .unwrap();
+    assert_eq!(name.name, "quic-idle");
+}
+
+/// Whether `f` is ready at its first poll.
+fn ready_now<F: Future>(f: F) -> Option<F::Output> {
+    let f = std::pin::pin!(f);
+    match f.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(r) => Some(r),
+        std::task::Poll::Pending => None,
+    }
+}
+
+#[tokio::test]
+async fn a_connection_opens_at_most_its_limit_of_streams_at_once() {
+    let limits = sut_node::limits::Limits {
+        max_streams_per_connection: 2,
+        ..sut_node::limits::Limits::default()
+    };
+    let node = Node::start_with("quic-streams", limits, OUTPUT, loadgen_transport()).await;
+    // Two requests under way: typed, their request not sent yet.
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let (mut send, recv) = within("a stream", node.conn.open_bi()).await.unwrap();
+        send.write_all(&[stream_type::NAME]).await.unwrap();
+        open.push((send, recv));
+    }
+    // The node's limit, known since the handshake: no third stream now.
+    assert!(
+        ready_now(node.conn.open_bi()).is_none(),
+        "a third stream opened beside two"
+    );
+    let third = tokio::spawn({
+        let conn = node.conn.clone();
+        async move { conn.open_bi().await }
+    });
+    // Once one of them is done, the third opens.
+    let (mut send, mut recv) = open.remove(0);
+    let mut body = BytesMut::new();
+    encode_message(&NameRequest {}, &mut body).unwrap();
+    send.write_all(&body).await.unwrap();
+    send.finish().unwrap();
+    within("the reply", recv.read_to_end(1 << 20))
+        .await
+        .unwrap();
+    let (mut send, mut recv) = within("the third stream", third).await.unwrap().unwrap();
+    let mut body = BytesMut::new();
+    body.put_u8(stream_type::NAME);
+    encode_message(&NameRequest {}, &mut body).unwrap();
+    send.write_all(&body).await.unwrap();
+    send.finish().unwrap();
+    let reply = within("the reply", recv.read_to_end(1 << 20))
+        .await
+        .unwrap();
+    assert!(!reply.is_empty());
+    drop(open);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_probe_over_the_message_limit_is_refused_at_its_header() {
+    let limits = sut_node::limits::Limits {
+        max_message_bytes: 64 << 10,
+        ..sut_node::limits::Limits::default()
+    };
+    let node = Node::start_with("quic-probe", limits, OUTPUT, loadgen_transport()).await;
+    // A probe within the limit is answered.
+    let probe = proto::ProbeRequest {
+        payload: Bytes::from(vec![1u8; 32 << 10]),
+        reply_bytes: 16,
+    };
+    let reply: proto::ProbeReply = node.control(stream_type::PROBE, &probe).await;
+    assert_eq!(reply.payload.len(), 16);
+    // One announcing 200 KiB, its body never sent: refused at once.
+    let mut header = vec![0u8];
+    header.extend_from_slice(&(200u32 << 10).to_be_bytes());
+    let (frames, _) = node.exchange(stream_type::PROBE, &header, false).await;
+    assert!(
+        matches!(&frames[..], [Frame::Error(e)] if e.contains("limit")),
+        "{frames:?}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_its_answers_gets_no_more_samples_taken() {
+    const ANSWER: usize = 64 << 10;
+    let limits = sut_node::limits::Limits {
+        max_waiting_answer_bytes: 256 << 10,
+        ..sut_node::limits::Limits::default()
+    };
+    // The client's packets stay at QUIC's base size: what is measured is
+    // the node's flow control, not bursts of 64 KiB loopback datagrams.
+    let mut client = loadgen_transport();
+    client.mtu_discovery_config(None);
+    let node = Node::start_with("quic-slow-reader", limits, ANSWER, client).await;
+    let (mut send, mut recv) = within("a stream", node.conn.open_bi()).await.unwrap();
+    send.write_all(&[stream_type::INFER]).await.unwrap();
+    // Never reading the answers, send until the node stops taking samples
+    // (a write that waits a whole second), at most 1000 (64 MiB of answers).
+    let mut sent = 0u64;
+    while sent < 1000 {
+        let s = ToNode {
+            kind: Some(to_node::Kind::Sample(SampleRequest {
+                id: sent,
+                payload: Bytes::from(vec![sent as u8; 64 << 10]),
+                ..Default::default()
+            })),
+        };
+        let mut frame = BytesMut::new();
+        encode_message(&s, &mut frame).unwrap();
+        match tokio::time::timeout(Duration::from_secs(1), send.write_all(&frame)).await {
+            Ok(r) => r.unwrap(),
+            Err(_) => break,
+        }
+        sent += 1;
+    }
+    // The bound: the waiting answers, the stream's QUIC windows of inputs
+    // and of answers (8 MiB each, 128 samples each) and the batcher; far
+    // below 1000 samples.
+    assert!(
+        sent < 300,
+        "the node took {sent} samples from a client that reads nothing"
+    );
+    // Once the client reads, every sample it sent is answered. (The write
+    // that timed out may have sent part of its frame: the stream is reset
+    // rather than finished, after the answers.)
+    let mut decoder = FrameDecoder::new(1 << 20);
+    let mut ids = std::collections::HashSet::new();
+    within("the answers", async {
+        while (ids.len() as u64) < sent {
+            match decoder.next_frame().unwrap() {
+                Some(Frame::Error(e)) => panic!("{e}"),
+                Some(f) => {
+                    let m: FromNode = f.decode("FromNode").unwrap();
+                    for a in m.answers {
+                        assert_eq!(a.payload.len(), ANSWER);
+                        ids.insert(a.id);
+                    }
+                }
+                None => match recv.read_chunk(usize::MAX, true).await.unwrap() {
+                    Some(c) => decoder.push(c.bytes),
+                    None => break,
+                },
+            }
+        }
+    })
+    .await;
+    assert_eq!(ids.len() as u64, sent);
+    let _ = send.reset(0u32.into());
+    node.stop().await;
 }
