@@ -15,8 +15,18 @@
 //! them from the sources in turn, one job each: a client that floods the
 //! node delays the others' samples by at most one job per batch of its own,
 //! not by its whole backlog.
+//!
+//! When batches run fast (under `FAST_BATCH` each) and several full ones
+//! are queued, the worker takes up to `GROUP_JOBS` jobs' worth of them under
+//! one lock and runs them one after the other: with small batches (one
+//! sample each, say) the queue's lock and room are then paid once per group
+//! rather than once per batch, and another source's job waits behind a
+//! group (at most about a millisecond) rather than one batch. `run` is told
+//! whether more batches of the group follow, so that it can put off its own
+//! bookkeeping until the group ends.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -30,6 +40,23 @@ pub struct BatchPolicy {
     /// How long a job may wait for its batch to fill; zero: run what is
     /// queued as soon as the worker is free.
     pub max_wait: Duration,
+}
+
+/// At most this many jobs (whole batches, at least one) are taken from the
+/// queue at once, when batches run fast.
+const GROUP_JOBS: usize = 64;
+/// Batches that took less than this each, on average over their group, are
+/// fast: the next group may hold several.
+const FAST_BATCH: Duration = Duration::from_micros(20);
+
+/// Where a batch stands among the batches run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// Ready when the previous batch finished, so the worker went straight
+    /// on to it without waiting (as on a fully busy accelerator).
+    pub back_to_back: bool,
+    /// More batches, already taken from the queue, follow at once.
+    pub more: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -48,6 +75,8 @@ struct Shared<J> {
     /// Free room in the queue, in jobs.
     room: Semaphore,
     policy: BatchPolicy,
+    /// Set with `State::closed`, read between the batches of a group.
+    closed: AtomicBool,
 }
 
 struct State<J> {
@@ -94,7 +123,7 @@ impl<J> State<J> {
     }
 
     /// Moves up to `n` jobs into `batch`, one from each source in turn.
-    fn take(&mut self, n: usize, batch: &mut Vec<J>) {
+    fn take(&mut self, n: usize, batch: &mut impl Extend<J>) {
         let n = n.min(self.queued);
         self.queued -= n;
         if self.sources.len() == 1 {
@@ -112,7 +141,7 @@ impl<J> State<J> {
                 break;
             };
             if let Some((_, job)) = source.jobs.pop_front() {
-                batch.push(job);
+                batch.extend(Some(job));
                 taken += 1;
             }
             // The next turn goes to the source after it; it goes last.
@@ -125,14 +154,12 @@ impl<J> State<J> {
 
 impl<J: Send + 'static> Batcher<J> {
     /// Starts the worker thread, which calls `run` with each batch (never
-    /// empty) and whether it is back to back with the previous one: ready
-    /// when that one finished, so the worker went straight on to it without
-    /// waiting (as on a fully busy accelerator). `run` may drain the batch;
-    /// whatever it leaves is dropped.
+    /// empty) and its `Turn`. `run` may drain the batch; whatever it leaves
+    /// is dropped.
     pub fn start(
         policy: BatchPolicy,
         capacity: usize,
-        run: impl FnMut(&mut Vec<J>, bool) + Send + 'static,
+        run: impl FnMut(&mut Vec<J>, Turn) + Send + 'static,
     ) -> std::io::Result<Self> {
         let policy = BatchPolicy {
             max_batch_size: policy.max_batch_size.max(1),
@@ -150,6 +177,7 @@ impl<J: Send + 'static> Batcher<J> {
             work: Condvar::new(),
             room: Semaphore::new(capacity),
             policy,
+            closed: AtomicBool::new(false),
         });
         let worker = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -187,8 +215,8 @@ impl<J: Send + 'static> Batcher<J> {
         Ok(())
     }
 
-    /// Stops the worker after its current batch; queued jobs are dropped and
-    /// submitters get `Closed`.
+    /// Stops the worker after its current batch; queued jobs (those of its
+    /// group included) are dropped and submitters get `Closed`.
     pub fn close(&self) {
         close(&self.shared);
     }
@@ -203,17 +231,22 @@ impl<J> Drop for Batcher<J> {
 fn close<J>(shared: &Shared<J>) {
     let mut state = shared.lock();
     state.closed = true;
+    shared.closed.store(true, Ordering::Relaxed);
     state.sources.clear();
     state.queued = 0;
     shared.room.close();
     shared.work.notify_one();
 }
 
-fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, bool)) {
+fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) {
     let BatchPolicy {
         max_batch_size,
         max_wait,
     } = shared.policy;
+    // Whole batches per group while batches are fast: at least one.
+    let fast_group = (GROUP_JOBS / max_batch_size).max(1);
+    let mut group_batches = 1;
+    let mut group: VecDeque<J> = VecDeque::with_capacity(fast_group * max_batch_size);
     let mut batch = Vec::with_capacity(max_batch_size);
     // Whether the next batch follows the previous one without a wait.
     let mut back_to_back = false;
@@ -252,13 +285,44 @@ fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, bool)) {
             };
             state.worker_waiting = false;
         }
-        let n = state.queued.min(max_batch_size);
-        state.take(n, &mut batch);
+        let n = group_jobs(state.queued, max_batch_size, group_batches);
+        state.take(n, &mut group);
         drop(state);
         shared.room.add_permits(n);
-        run(&mut batch, back_to_back);
-        batch.clear();
-        back_to_back = true;
+        let (started, batches) = (Instant::now(), n.div_ceil(max_batch_size));
+        while !group.is_empty() {
+            if shared.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            let size = group.len().min(max_batch_size);
+            batch.extend(group.drain(..size));
+            let more = !group.is_empty();
+            run(&mut batch, Turn { back_to_back, more });
+            batch.clear();
+            back_to_back = true;
+        }
+        group_batches = next_group_batches(started.elapsed(), batches, fast_group);
+    }
+}
+
+/// How many of `queued` jobs the worker takes at once: up to
+/// `group_batches` full batches; a partial batch (it waited for its time)
+/// only alone, so that what is queued later still fills the next batches.
+fn group_jobs(queued: usize, max_batch_size: usize, group_batches: usize) -> usize {
+    match (queued / max_batch_size).min(group_batches) {
+        0 => queued,
+        full => full * max_batch_size,
+    }
+}
+
+/// The batches of the next group: `fast_group` after a group of fast
+/// batches, else one.
+fn next_group_batches(took: Duration, batches: usize, fast_group: usize) -> usize {
+    let fast = took < FAST_BATCH.saturating_mul(u32::try_from(batches).unwrap_or(u32::MAX));
+    if fast {
+        fast_group
+    } else {
+        1
     }
 }
 
@@ -271,6 +335,60 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(10);
 
+    #[test]
+    fn groups_take_whole_batches_and_a_partial_one_only_alone() {
+        assert_eq!(group_jobs(200, 1, 64), 64);
+        assert_eq!(group_jobs(200, 8, 8), 64);
+        // Whole batches only: the 3 left over wait for more.
+        assert_eq!(group_jobs(19, 8, 8), 16);
+        assert_eq!(group_jobs(5, 8, 8), 5);
+        // Slow batches: one at a time, as without groups.
+        assert_eq!(group_jobs(200, 8, 1), 8);
+        assert_eq!(group_jobs(200, 100, 1), 100);
+    }
+
+    #[test]
+    fn only_fast_batches_make_the_next_group_larger() {
+        let us = Duration::from_micros;
+        assert_eq!(next_group_batches(us(100), 10, 64), 64);
+        assert_eq!(next_group_batches(us(300), 10, 64), 1);
+        assert_eq!(next_group_batches(us(19), 1, 64), 64);
+        assert_eq!(next_group_batches(Duration::from_millis(5), 1, 64), 1);
+    }
+
+    #[tokio::test]
+    async fn every_job_runs_once_in_order_with_the_group_end_marked() {
+        let policy = BatchPolicy {
+            max_batch_size: 3,
+            max_wait: Duration::ZERO,
+        };
+        let (tx, rx) = mpsc::channel();
+        let batcher = Batcher::start(policy, 100_000, move |jobs: &mut Vec<u32>, turn: Turn| {
+            let _ = tx.send((jobs.clone(), turn));
+        })
+        .unwrap();
+        let mut jobs: Vec<u32> = (0..30_000).collect();
+        batcher.submit(1, &mut jobs).await.unwrap();
+        let mut seen = Vec::new();
+        let mut last = None;
+        while seen.len() < 30_000 {
+            let (batch, turn) = rx.recv_timeout(LONG).unwrap();
+            assert!(!batch.is_empty() && batch.len() <= 3, "{batch:?}");
+            // After a batch with more to come, the next is back to back.
+            if let Some(Turn { more: true, .. }) = last {
+                assert!(turn.back_to_back);
+            }
+            seen.extend(batch);
+            last = Some(turn);
+        }
+        assert_eq!(seen, (0..30_000).collect::<Vec<_>>());
+        assert_eq!(
+            last.map(|t| t.more),
+            Some(false),
+            "the last batch ends its group"
+        );
+    }
+
     /// Each batch run, and whether it was back to back.
     type Batches = mpsc::Receiver<(Vec<u32>, bool)>;
 
@@ -279,8 +397,8 @@ mod tests {
     fn gated(policy: BatchPolicy, capacity: usize) -> (Batcher<u32>, Batches, mpsc::Sender<()>) {
         let (batches_tx, batches) = mpsc::channel();
         let (gate, gate_rx) = mpsc::channel::<()>();
-        let run = move |jobs: &mut Vec<u32>, back_to_back| {
-            let _ = batches_tx.send((jobs.clone(), back_to_back));
+        let run = move |jobs: &mut Vec<u32>, turn: Turn| {
+            let _ = batches_tx.send((jobs.clone(), turn.back_to_back));
             let _ = gate_rx.recv();
         };
         let batcher = Batcher::start(policy, capacity, run).unwrap();

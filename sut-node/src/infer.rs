@@ -29,10 +29,10 @@ use tonic::Status;
 use tracing::{error, info, warn};
 
 use crate::backend::{Backend, BatchInfo, Output, SampleSink};
-use crate::batcher::Batcher;
+use crate::batcher::{Batcher, Turn};
 use crate::budget::{Budget, Connection, Connections};
 use crate::codec;
-use crate::metrics::{Received, NODE as METRICS};
+use crate::metrics::{Batches, Received, NODE as METRICS};
 use crate::node_config::NodeConfig;
 use crate::stop::stopped;
 
@@ -132,7 +132,7 @@ pub(crate) struct Job {
     reply: Arc<Reply>,
     /// Its share of the node's and its connection's decoded-bytes budgets,
     /// freed with the job.
-    _budget: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+    budget: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
     /// When the reader had its message: the start of the node's time.
     received: std::time::Instant,
     /// The trace it continues, when the LoadGen node traces it.
@@ -575,7 +575,7 @@ fn place(
         id,
         input,
         reply: Arc::clone(reply),
-        _budget: Some((own, shared)),
+        budget: Some((own, shared)),
         received,
         trace: crate::otlp::received(&traceparent, received),
     });
@@ -856,7 +856,7 @@ fn payload_bytes(m: &FromNode) -> usize {
 fn batch_runner(
     backend: Arc<dyn Backend>,
     outstanding: Arc<AtomicU64>,
-) -> impl FnMut(&mut Vec<Job>, bool) + Send + 'static {
+) -> impl FnMut(&mut Vec<Job>, Turn) + Send + 'static {
     let mut inputs: Vec<Bytes> = Vec::new();
     let mut answered: Vec<bool> = Vec::new();
     // When the last batch was ready: a batch run back to back with it
@@ -864,7 +864,9 @@ fn batch_runner(
     // clock read per batch when busy.
     let mut last_ready = std::time::Instant::now();
     mono_ns(last_ready); // the epoch, before any sample
-    move |jobs: &mut Vec<Job>, back_to_back| {
+    let mut batches = Batches::default();
+    let mut held = HeldBudgets::default();
+    move |jobs: &mut Vec<Job>, Turn { back_to_back, more }| {
         inputs.clear();
         inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
         answered.clear();
@@ -884,7 +886,7 @@ fn batch_runner(
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
         let ready = std::time::Instant::now();
         last_ready = ready;
-        METRICS.batch(jobs.len(), ready.saturating_duration_since(started));
+        batches.batch(jobs.len(), ready.saturating_duration_since(started));
         let answered = &answered[..];
         let failure = match result {
             Ok(Ok(outputs)) if outputs.len() == jobs.len() => {
@@ -911,6 +913,52 @@ fn batch_runner(
         }
         let late = answered.iter().filter(|a| !**a).count();
         outstanding.fetch_sub(late as u64, Ordering::Relaxed);
+        held.keep(jobs);
+        // The figures and the budgets' shares go back once the group of
+        // batches ends (groups form only of fast batches).
+        if !more {
+            held.give_back();
+            METRICS.add_batches(&mut batches);
+        }
+    }
+}
+
+/// The shares of the budgets that samples held until they ran, merged per
+/// budget until given back: a release takes the semaphore's lock, so it is
+/// paid once per group of batches rather than once per sample.
+#[derive(Default)]
+struct HeldBudgets {
+    node: Option<OwnedSemaphorePermit>,
+    /// One per connection (a group holds samples of a few).
+    connections: Vec<OwnedSemaphorePermit>,
+}
+
+impl HeldBudgets {
+    fn keep(&mut self, jobs: &mut [Job]) {
+        for job in jobs {
+            let Some((own, shared)) = job.budget.take() else {
+                continue;
+            };
+            match &mut self.node {
+                Some(all) if Arc::ptr_eq(all.semaphore(), shared.semaphore()) => all.merge(shared),
+                // (Dropping the previous share gives it back.)
+                _ => self.node = Some(shared),
+            }
+            match self
+                .connections
+                .iter_mut()
+                .find(|c| Arc::ptr_eq(c.semaphore(), own.semaphore()))
+            {
+                Some(c) => c.merge(own),
+                None => self.connections.push(own),
+            }
+        }
+    }
+
+    /// Gives every share back (dropping a permit frees its units).
+    fn give_back(&mut self) {
+        self.node = None;
+        self.connections.clear();
     }
 }
 
@@ -1101,11 +1149,17 @@ mod tests {
             id,
             input: Bytes::from_static(b"x"),
             reply: Arc::clone(&reply),
-            _budget: None,
+            budget: None,
             received: std::time::Instant::now(),
             trace: None,
         };
-        run(&mut vec![job(10), job(11)], false);
+        run(
+            &mut vec![job(10), job(11)],
+            Turn {
+                back_to_back: false,
+                more: false,
+            },
+        );
         let outbox = reply.lock();
         let ids: Vec<u64> = outbox.answers.iter().map(|a| a.id).collect();
         assert_eq!(ids, [10, 11]);
@@ -1146,11 +1200,14 @@ mod tests {
                 id: 1,
                 input: Bytes::from_static(b"x"),
                 reply: Arc::clone(&reply),
-                _budget: None,
+                budget: None,
                 received,
                 trace: None,
             }],
-            false,
+            Turn {
+                back_to_back: false,
+                more: false,
+            },
         );
         let after = mono_ns(std::time::Instant::now());
         let mut messages = VecDeque::new();

@@ -22,20 +22,35 @@ const COMPUTE_BOUNDS: [f64; 16] = [
 ];
 const CODECS: [Codec; 3] = [Codec::None, Codec::Zstd, Codec::Lz4];
 
+/// The counters are written by different threads (the streams' readers
+/// and writers, the batch workers): each on cache lines of its own, so that
+/// one thread's counting never stalls another's.
 pub struct NodeMetrics {
-    received: AtomicU64,
+    received: Line<AtomicU64>,
     /// Samples whose input could not be decoded: never batched.
-    rejected: AtomicU64,
-    batched: AtomicU64,
-    answered: AtomicU64,
-    failed: AtomicU64,
-    bytes_in: [AtomicU64; 3],
-    bytes_out: [AtomicU64; 3],
+    rejected: Line<AtomicU64>,
+    batched: Line<AtomicU64>,
+    answered: Line<AtomicU64>,
+    failed: Line<AtomicU64>,
+    bytes_in: Line<[AtomicU64; 3]>,
+    bytes_out: Line<[AtomicU64; 3]>,
     streams_open: AtomicU64,
     sessions: AtomicU64,
     sessions_refused: AtomicU64,
-    batch_sizes: Histogram<12>,
-    compute: Histogram<17>,
+    batch_sizes: Line<Histogram<12>>,
+    compute: Line<Histogram<17>>,
+}
+
+/// A value alone on its cache lines (two, as adjacent lines are fetched
+/// together).
+#[repr(align(128))]
+struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 struct Histogram<const N: usize> {
@@ -52,10 +67,14 @@ impl<const N: usize> Histogram<N> {
         }
     }
 
-    fn record(&self, bounds: &[f64], v: f64) {
-        let i = bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_nano.fetch_add((v * 1e9) as u64, Ordering::Relaxed);
+    /// Adds a local tally's counts and sum.
+    fn add(&self, tally: &Tally<N>) {
+        for (total, c) in self.counts.iter().zip(tally.counts) {
+            if c > 0 {
+                total.fetch_add(c, Ordering::Relaxed);
+            }
+        }
+        self.sum_nano.fetch_add(tally.sum_nano, Ordering::Relaxed);
     }
 
     fn write(&self, page: &mut Page, name: &str, help: &str, node: &str, bounds: &[f64]) {
@@ -76,18 +95,18 @@ fn codec_index(codec: i32) -> Option<usize> {
 impl NodeMetrics {
     const fn new() -> Self {
         Self {
-            received: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            batched: AtomicU64::new(0),
-            answered: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            bytes_in: [const { AtomicU64::new(0) }; 3],
-            bytes_out: [const { AtomicU64::new(0) }; 3],
+            received: Line(AtomicU64::new(0)),
+            rejected: Line(AtomicU64::new(0)),
+            batched: Line(AtomicU64::new(0)),
+            answered: Line(AtomicU64::new(0)),
+            failed: Line(AtomicU64::new(0)),
+            bytes_in: Line([const { AtomicU64::new(0) }; 3]),
+            bytes_out: Line([const { AtomicU64::new(0) }; 3]),
             streams_open: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             sessions_refused: AtomicU64::new(0),
-            batch_sizes: Histogram::new(),
-            compute: Histogram::new(),
+            batch_sizes: Line(Histogram::new()),
+            compute: Line(Histogram::new()),
         }
     }
 
@@ -109,10 +128,17 @@ impl NodeMetrics {
         *r = Received::default();
     }
 
-    pub(crate) fn batch(&self, size: usize, compute: Duration) {
-        self.batched.fetch_add(size as u64, Ordering::Relaxed);
-        self.batch_sizes.record(&BATCH_BOUNDS, size as f64);
-        self.compute.record(&COMPUTE_BOUNDS, compute.as_secs_f64());
+    /// Adds what a batch worker counted since the last call, and clears it:
+    /// once per group of batches run back to back, so that small batches
+    /// cost the shared counters nothing each.
+    pub(crate) fn add_batches(&self, b: &mut Batches) {
+        if b.samples == 0 {
+            return;
+        }
+        self.batched.fetch_add(b.samples, Ordering::Relaxed);
+        self.batch_sizes.add(&b.sizes);
+        self.compute.add(&b.compute);
+        *b = Batches::default();
     }
 
     /// A message on its way out: its answers (payloads as sent) and errors.
@@ -205,12 +231,12 @@ impl NodeMetrics {
             (
                 "sutnode_bytes_in_total",
                 "Sample payload bytes received, as received.",
-                &self.bytes_in,
+                &*self.bytes_in,
             ),
             (
                 "sutnode_bytes_out_total",
                 "Answer and first-token payload bytes sent, as sent.",
-                &self.bytes_out,
+                &*self.bytes_out,
             ),
         ] {
             for (c, b) in CODECS.iter().zip(bytes) {
@@ -251,6 +277,45 @@ impl NodeMetrics {
             &COMPUTE_BOUNDS,
         );
         p.finish()
+    }
+}
+
+/// A histogram's counts kept by one thread, until added to the node's.
+struct Tally<const N: usize> {
+    counts: [u64; N],
+    sum_nano: u64,
+}
+
+impl<const N: usize> Default for Tally<N> {
+    fn default() -> Self {
+        Self {
+            counts: [0; N],
+            sum_nano: 0,
+        }
+    }
+}
+
+impl<const N: usize> Tally<N> {
+    fn record(&mut self, bounds: &[f64], v: f64) {
+        let i = bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len());
+        self.counts[i] += 1;
+        self.sum_nano += (v * 1e9) as u64;
+    }
+}
+
+/// What a batch worker ran, until added to the node's counters.
+#[derive(Default)]
+pub(crate) struct Batches {
+    samples: u64,
+    sizes: Tally<12>,
+    compute: Tally<17>,
+}
+
+impl Batches {
+    pub(crate) fn batch(&mut self, size: usize, compute: Duration) {
+        self.samples += size as u64;
+        self.sizes.record(&BATCH_BOUNDS, size as f64);
+        self.compute.record(&COMPUTE_BOUNDS, compute.as_secs_f64());
     }
 }
 
@@ -295,7 +360,10 @@ mod tests {
         r.rejected += 1;
         m.add_received(&mut r);
         m.add_received(&mut r); // nothing new
-        m.batch(1, Duration::from_micros(300));
+        let mut b = Batches::default();
+        b.batch(1, Duration::from_micros(300));
+        m.add_batches(&mut b);
+        m.add_batches(&mut b); // nothing new
         m.sent(&proto::FromNode {
             answers: vec![proto::SampleAnswer {
                 payload: bytes::Bytes::from_static(b"abcd"),

@@ -2,7 +2,7 @@
 //! flight: what every transport's sender takes from, and what the receive
 //! side checks each answer against.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,11 +19,20 @@ use tokio_stream::Stream;
 /// transport takes it, i.e. before it can reach the node, so an answer can be
 /// checked against what was really sent on this connection without sharing a
 /// lock with the issuing thread. The transport takes no more samples than
-/// that window allows.
+/// that window allows. Samples are taken from the queue in runs (up to
+/// `RUN` and the room left), their ids recorded under one lock, then handed
+/// out one by one.
 pub(crate) struct Outgoing {
     queue: mpsc::UnboundedReceiver<Queued>,
     window: Arc<InFlight>,
+    /// Taken from the queue and recorded, not yet handed to the transport.
+    taken: VecDeque<ToNode>,
+    /// Reused for each run taken from the queue.
+    run: Vec<Queued>,
 }
+
+/// The most samples taken from the queue at once.
+const RUN: usize = 64;
 
 /// A sample on its way to the transport, with when the QDL was asked to
 /// send it.
@@ -31,7 +40,12 @@ pub(crate) type Queued = (ToNode, Instant);
 
 impl Outgoing {
     pub(crate) fn new(queue: mpsc::UnboundedReceiver<Queued>, window: Arc<InFlight>) -> Self {
-        Self { queue, window }
+        Self {
+            queue,
+            window,
+            taken: VecDeque::with_capacity(RUN),
+            run: Vec::with_capacity(RUN),
+        }
     }
 }
 
@@ -40,22 +54,32 @@ impl Stream for Outgoing {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToNode>> {
         let this = &mut *self;
+        if let Some(m) = this.taken.pop_front() {
+            return Poll::Ready(Some(m));
+        }
         let mut window = this.window.lock();
-        if !window.has_room(this.window.limit) {
+        let room = window.room(this.window.limit);
+        if room == 0 {
             window.waiting = Some(cx.waker().clone());
             return Poll::Pending;
         }
-        let polled = this.queue.poll_recv(cx);
-        if let Poll::Ready(Some((
-            ToNode {
-                kind: Some(to_node::Kind::Sample(s)),
-            },
-            sent,
-        ))) = &polled
-        {
-            window.ids.insert(s.id, *sent);
+        match this.queue.poll_recv_many(cx, &mut this.run, room.min(RUN)) {
+            Poll::Pending => return Poll::Pending,
+            // The queue's end.
+            Poll::Ready(0) => return Poll::Ready(None),
+            Poll::Ready(_) => {}
         }
-        polled.map(|m| m.map(|(msg, _)| msg))
+        for (msg, sent) in this.run.drain(..) {
+            if let ToNode {
+                kind: Some(to_node::Kind::Sample(s)),
+            } = &msg
+            {
+                window.ids.insert(s.id, sent);
+            }
+            this.taken.push_back(msg);
+        }
+        drop(window);
+        Poll::Ready(this.taken.pop_front())
     }
 }
 
@@ -107,8 +131,13 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    fn has_room(&self, limit: usize) -> bool {
-        self.closed || self.ids.len() < limit
+    /// How many more samples may be taken.
+    fn room(&self, limit: usize) -> usize {
+        if self.closed {
+            usize::MAX
+        } else {
+            limit.saturating_sub(self.ids.len())
+        }
     }
 
     /// The waiting task, once a quarter of the window is free: woken then
@@ -196,6 +225,23 @@ mod tests {
     fn poll(out: &mut Outgoing, count: &Arc<Count>) -> Poll<Option<ToNode>> {
         let waker = Waker::from(count.clone());
         Pin::new(out).poll_next(&mut Context::from_waker(&waker))
+    }
+
+    #[test]
+    fn a_run_is_recorded_before_its_first_sample_is_handed_out() {
+        let (mut out, tx, count) = outgoing(3);
+        for id in 0..10 {
+            tx.send(sample(id)).unwrap();
+        }
+        let window = Arc::clone(&out.window);
+        assert!(matches!(poll(&mut out, &count), Poll::Ready(Some(_))));
+        // The window's three, recorded at once; the rest stay queued.
+        let mut ids: Vec<u64> = window.lock().ids.keys().copied().collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [0, 1, 2]);
+        assert!(matches!(poll(&mut out, &count), Poll::Ready(Some(_))));
+        assert!(matches!(poll(&mut out, &count), Poll::Ready(Some(_))));
+        assert!(poll(&mut out, &count).is_pending());
     }
 
     /// The receive side's part: answers `ids`, then wakes what it must.
