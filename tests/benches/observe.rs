@@ -6,13 +6,18 @@
 //! all of it on: metrics, OpenTelemetry traces (`--otlp` on both binaries,
 //! the default sample ratio) to a local OTLP collector and a progress line
 //! every second. Each column runs against its own sut-node started with
-//! exactly its flags; rounds are interleaved and medians printed.
+//! exactly its flags; rounds are interleaved and medians printed. Peaks
+//! move by several percent from one search to the next on two cores, so the
+//! bench also prints what each column costs in CPU per sample at a fixed
+//! rate (both processes, the node's and loadgen-node's), with OTLP alone
+//! and progress lines alone besides, which resolves far finer.
 //! (The latency breakdown and the metric counters are always recorded: the
 //! breakdown's cost per answer is measured by
 //! `cargo test -p qdl --release --lib record_cost -- --ignored --nocapture`.)
 //!
 //! `cargo bench -p tests --bench observe` (builds the release binaries
-//! first). BENCH_QUICK=1 shortens every run. Target: with all of it on, at
+//! first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency, peak or
+//! cpu runs one part. Target: with all of it on, at
 //! most 5% of peak QPS lost and at most 50 us of p99 added.
 
 use std::io::{Read, Write};
@@ -87,6 +92,29 @@ impl Bench {
         }
         lo
     }
+}
+
+/// CPU seconds (user and system) the process `pid` has used so far.
+fn cpu_secs(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the node's /proc stat");
+    // Fields after the command name (which may hold spaces), from `state`.
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // SAFETY: sysconf only reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11] + f[12]) / ticks
+}
+
+/// CPU seconds used by this process's finished children so far.
+fn children_cpu_secs() -> f64 {
+    // SAFETY: getrusage writes only the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 /// Scrapes every address's /metrics once a second until dropped.
@@ -182,73 +210,138 @@ fn main() {
     ];
     println!("observability overhead (one sut-node, --threads 1, loopback, 64-byte samples)");
 
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let part = |name: &str| only.is_empty() || only == name;
     let secs = bench.secs(8);
-    let qps = 50_000.0;
-    // p99 of the null SUT and of each column, per round, interleaved.
-    let mut p99s: Vec<[f64; 4]> = Vec::new();
-    for _ in 0..REPS {
-        let mut round = [
-            Bench::p99(&bench.server("null", qps, secs, &off, "null")),
-            0.0,
-            0.0,
-            0.0,
-        ];
-        for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
-            let _scraping = Scraper::start(scraped.clone());
-            round[k + 1] = Bench::p99(&bench.server(addr, qps, secs, flags, label));
+    if part("latency") {
+        let qps = 50_000.0;
+        // p99 of the null SUT and of each column, per round, interleaved.
+        let mut p99s: Vec<[f64; 4]> = Vec::new();
+        for _ in 0..REPS {
+            let mut round = [
+                Bench::p99(&bench.server("null", qps, secs, &off, "null")),
+                0.0,
+                0.0,
+                0.0,
+            ];
+            for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
+                let _scraping = Scraper::start(scraped.clone());
+                round[k + 1] = Bench::p99(&bench.server(addr, qps, secs, flags, label));
+            }
+            p99s.push(round);
         }
-        p99s.push(round);
+        let m = |k: usize| tests::median(p99s.iter().map(|r| r[k]));
+        let (null, p_off, p_on, p_all) = (m(0), m(1), m(2), m(3));
+        println!(
+            "  p99 added at {qps} QPS (median of {REPS}): all off {:>8.1} us | metrics on, scraped {:>8.1} us ({:>+7.1}) | all on {:>8.1} us ({:>+7.1})",
+            (p_off - null) / 1e3,
+            (p_on - null) / 1e3,
+            (p_on - p_off) / 1e3,
+            (p_all - null) / 1e3,
+            (p_all - p_off) / 1e3,
+        );
+        println!(
+            "    per round (null, off, metrics, all; us): {}",
+            p99s.iter()
+                .map(|r| format!(
+                    "{:.0}/{:.0}/{:.0}/{:.0}",
+                    r[0] / 1e3,
+                    r[1] / 1e3,
+                    r[2] / 1e3,
+                    r[3] / 1e3
+                ))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
     }
-    let m = |k: usize| tests::median(p99s.iter().map(|r| r[k]));
-    let (null, p_off, p_on, p_all) = (m(0), m(1), m(2), m(3));
-    println!(
-        "  p99 added at {qps} QPS (median of {REPS}): all off {:>8.1} us | metrics on, scraped {:>8.1} us ({:>+7.1}) | all on {:>8.1} us ({:>+7.1})",
-        (p_off - null) / 1e3,
-        (p_on - null) / 1e3,
-        (p_on - p_off) / 1e3,
-        (p_all - null) / 1e3,
-        (p_all - p_off) / 1e3,
-    );
-    println!(
-        "    per round (null, off, metrics, all; us): {}",
-        p99s.iter()
-            .map(|r| format!(
-                "{:.0}/{:.0}/{:.0}/{:.0}",
-                r[0] / 1e3,
-                r[1] / 1e3,
-                r[2] / 1e3,
-                r[3] / 1e3
-            ))
-            .collect::<Vec<_>>()
-            .join("  ")
-    );
-
-    // Peak searches, interleaved by round so that a machine that drifts
-    // weighs on every column alike.
-    let mut peaks: Vec<[f64; 3]> = Vec::new();
-    for _ in 0..REPS {
-        let mut round = [0.0; 3];
-        for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
-            let _scraping = Scraper::start(scraped.clone());
-            round[k] = bench.peak(addr, flags, &format!("peak-{label}"));
+    if part("peak") {
+        // Peak searches, interleaved by round so that a machine that drifts
+        // weighs on every column alike.
+        let mut peaks: Vec<[f64; 3]> = Vec::new();
+        for _ in 0..REPS {
+            let mut round = [0.0; 3];
+            for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
+                let _scraping = Scraper::start(scraped.clone());
+                round[k] = bench.peak(addr, flags, &format!("peak-{label}"));
+            }
+            peaks.push(round);
         }
-        peaks.push(round);
+        let m = |k: usize| tests::median(peaks.iter().map(|r| r[k]));
+        let (q_off, q_on, q_all) = (m(0), m(1), m(2));
+        println!(
+            "  highest VALID Server QPS (median of {REPS}): all off {q_off:>9.0} | metrics on, scraped {q_on:>9.0} ({:.3}x) | all on {q_all:>9.0} ({:.3}x)",
+            q_on / q_off,
+            q_all / q_off
+        );
+        println!(
+            "    per round (off, metrics, all): {}",
+            peaks
+                .iter()
+                .map(|r| format!("{:.0}/{:.0}/{:.0}", r[0], r[1], r[2]))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
     }
-    let m = |k: usize| tests::median(peaks.iter().map(|r| r[k]));
-    let (q_off, q_on, q_all) = (m(0), m(1), m(2));
-    println!(
-        "  highest VALID Server QPS (median of {REPS}): all off {q_off:>9.0} | metrics on, scraped {q_on:>9.0} ({:.3}x) | all on {q_all:>9.0} ({:.3}x)",
-        q_on / q_off,
-        q_all / q_off
+    if !part("cpu") {
+        return;
+    }
+    // CPU per sample at a fixed rate, every column and OTLP and progress
+    // lines alone, interleaved.
+    let otlp_alone = [
+        "--progress-interval",
+        "0",
+        "--otlp",
+        collector.endpoint.as_str(),
+    ];
+    let progress_alone = ["--progress-interval", "1"];
+    let traced_plain = SutNode::start(
+        "bench-observe-otlp",
+        &["--threads", "1", "--otlp", &collector.endpoint],
     );
-    println!(
-        "    per round (off, metrics, all): {}",
-        peaks
-            .iter()
-            .map(|r| format!("{:.0}/{:.0}/{:.0}", r[0], r[1], r[2]))
-            .collect::<Vec<_>>()
-            .join("  ")
-    );
+    let cpu_columns: [(&str, &SutNode, &[&str], Vec<String>); 5] = [
+        ("off", &plain, &off, vec![]),
+        (
+            "metrics",
+            &node,
+            &metrics_on,
+            vec![node_metrics.clone(), loadgen_metrics.clone()],
+        ),
+        ("OTLP", &traced_plain, &otlp_alone, vec![]),
+        ("progress", &plain, &progress_alone, vec![]),
+        (
+            "all",
+            &traced,
+            &all_on,
+            vec![traced_metrics.clone(), loadgen_metrics.clone()],
+        ),
+    ];
+    let fixed = 200_000.0;
+    let mut cpu: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cpu_columns.len()];
+    for _ in 0..REPS {
+        for (k, (label, n, flags, scraped)) in cpu_columns.iter().enumerate() {
+            let _scraping = Scraper::start(scraped.clone());
+            let (node0, lg0) = (cpu_secs(n.pid()), children_cpu_secs());
+            let dir = bench.server(&n.addr, fixed, secs, flags, &format!("cpu-{label}"));
+            let (node1, lg1) = (cpu_secs(n.pid()), children_cpu_secs());
+            let samples = detail_value(&dir, "result_query_count")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(f64::NAN);
+            cpu[k].push(((node1 - node0) / samples * 1e9, (lg1 - lg0) / samples * 1e9));
+        }
+    }
+    println!("  CPU per sample at {fixed} QPS (median of {REPS}; node + loadgen-node, ns):");
+    let m =
+        |k: usize, i: usize| tests::median(cpu[k].iter().map(|c| if i == 0 { c.0 } else { c.1 }));
+    let (base_node, base_lg) = (m(0, 0), m(0, 1));
+    for (k, (label, ..)) in cpu_columns.iter().enumerate() {
+        let (n, l) = (m(k, 0), m(k, 1));
+        println!(
+            "    {label:<9} {n:>6.0} + {l:>6.0} = {:>6.0}  ({:>+5.0} vs off, {:.3}x)",
+            n + l,
+            n + l - base_node - base_lg,
+            (n + l) / (base_node + base_lg)
+        );
+    }
     println!(
         "  spans received by the collector: {} (ratio 0.001 by default)",
         collector.seen()

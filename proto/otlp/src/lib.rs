@@ -190,6 +190,18 @@ fn flush(queue: &SyncSender<Msg>, limit: Duration) -> OTelSdkResult {
     }
 }
 
+/// Puts the calling thread at the lowest scheduling priority (nice 19; on
+/// Linux a thread's own): on a host whose cores the run keeps busy, the
+/// exporter then gets what the timed path leaves, and what it cannot send in
+/// time is dropped and counted at the queue rather than taken from the run.
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority only changes the calling thread's nice value.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+    }
+}
+
 /// The exporter thread: batches off the queue, one request at a time.
 fn export_loop(
     queue: Receiver<Msg>,
@@ -197,6 +209,7 @@ fn export_loop(
     runtime: tokio::runtime::Runtime,
     counts: Arc<Counts>,
 ) {
+    lowest_priority();
     let mut batch: Vec<SpanData> = Vec::with_capacity(MAX_BATCH);
     let send = |batch: &mut Vec<SpanData>| {
         if batch.is_empty() {
