@@ -131,7 +131,7 @@ pub(crate) struct Job {
     input: Bytes,
     reply: Arc<Reply>,
     /// Its share of the node's and its connection's decoded-bytes budgets,
-    /// freed with the job.
+    /// given back once it has run (with the rest of its group of batches).
     budget: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
     /// When the reader had its message: the start of the node's time.
     received: std::time::Instant,
