@@ -294,6 +294,31 @@ pub fn build_release_with(extra: &[&str]) -> PathBuf {
     binary("loadgen-node")
 }
 
+/// For the benches: CPU seconds (user and system) the process `pid` has
+/// used so far.
+pub fn cpu_secs(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a /proc stat");
+    // The fields after the command name (which may hold spaces), from `state`.
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // SAFETY: sysconf only reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11] + f[12]) / ticks
+}
+
+/// For the benches: CPU seconds used by this process's finished children so
+/// far.
+pub fn children_cpu_secs() -> f64 {
+    // SAFETY: getrusage writes only the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
 /// For the benches: the median (the upper one of an even count).
 pub fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = values.collect();

@@ -94,29 +94,6 @@ impl Bench {
     }
 }
 
-/// CPU seconds (user and system) the process `pid` has used so far.
-fn cpu_secs(pid: i32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the node's /proc stat");
-    // Fields after the command name (which may hold spaces), from `state`.
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    // SAFETY: sysconf only reads a constant.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[11] + f[12]) / ticks
-}
-
-/// CPU seconds used by this process's finished children so far.
-fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes only the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(u.ru_utime) + secs(u.ru_stime)
-}
-
 /// Scrapes every address's /metrics once a second until dropped.
 struct Scraper(Arc<AtomicBool>);
 
@@ -320,9 +297,9 @@ fn main() {
     for _ in 0..REPS {
         for (k, (label, n, flags, scraped)) in cpu_columns.iter().enumerate() {
             let _scraping = Scraper::start(scraped.clone());
-            let (node0, lg0) = (cpu_secs(n.pid()), children_cpu_secs());
+            let (node0, lg0) = (tests::cpu_secs(n.pid()), tests::children_cpu_secs());
             let dir = bench.server(&n.addr, fixed, secs, flags, &format!("cpu-{label}"));
-            let (node1, lg1) = (cpu_secs(n.pid()), children_cpu_secs());
+            let (node1, lg1) = (tests::cpu_secs(n.pid()), tests::children_cpu_secs());
             let samples = detail_value(&dir, "result_query_count")
                 .and_then(|v| v.as_f64())
                 .unwrap_or(f64::NAN);
