@@ -6,11 +6,14 @@
 //! all of it on: metrics, OpenTelemetry traces (`--otlp` on both binaries,
 //! the default sample ratio) to a local OTLP collector and a progress line
 //! every second. Each column runs against its own sut-node started with
-//! exactly its flags; rounds are interleaved and medians printed. Peaks
-//! move by several percent from one search to the next on two cores, so the
-//! bench also prints what each column costs in CPU per sample at a fixed
-//! rate (both processes, the node's and loadgen-node's), with OTLP alone
-//! and progress lines alone besides, which resolves far finer.
+//! exactly its flags; rounds are interleaved, each column taking each place
+//! in a round's order in turn. Latencies are medians of the
+//! rounds; peaks come from runs of every column at the same rates, 2.5 %
+//! apart (one search per column moves by several percent from one try to
+//! the next on two cores). The bench also prints what each column costs in
+//! CPU per sample at a fixed rate (both processes, the node's and
+//! loadgen-node's), with OTLP alone and progress lines alone besides, which
+//! resolves finer still.
 //! (The latency breakdown and the metric counters are always recorded: the
 //! breakdown's cost per answer is measured by
 //! `cargo test -p qdl --release --lib record_cost -- --ignored --nocapture`.)
@@ -125,6 +128,14 @@ impl Drop for Scraper {
 /// Rounds of each measurement; the median is printed.
 const REPS: usize = 3;
 
+/// The columns with their indices, the first of round `r` being column `r`:
+/// each column takes each place in the order in turn, so that none always
+/// runs first after a pause or right after another's run.
+fn rotated<T>(columns: &[T], r: usize) -> impl Iterator<Item = (usize, &T)> {
+    let n = columns.len();
+    (0..n).map(move |i| ((i + r) % n, &columns[(i + r) % n]))
+}
+
 fn main() {
     let bench = Bench {
         quick: std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1"),
@@ -194,14 +205,14 @@ fn main() {
         let qps = 50_000.0;
         // p99 of the null SUT and of each column, per round, interleaved.
         let mut p99s: Vec<[f64; 4]> = Vec::new();
-        for _ in 0..REPS {
+        for r in 0..REPS {
             let mut round = [
                 Bench::p99(&bench.server("null", qps, secs, &off, "null")),
                 0.0,
                 0.0,
                 0.0,
             ];
-            for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
+            for (k, (label, addr, flags, scraped)) in rotated(&columns, r) {
                 let _scraping = Scraper::start(scraped.clone());
                 round[k + 1] = Bench::p99(&bench.server(addr, qps, secs, flags, label));
             }
@@ -232,29 +243,64 @@ fn main() {
         );
     }
     if part("peak") {
-        // Peak searches, interleaved by round so that a machine that drifts
-        // weighs on every column alike.
-        let mut peaks: Vec<[f64; 3]> = Vec::new();
-        for _ in 0..REPS {
-            let mut round = [0.0; 3];
-            for (k, (label, addr, flags, scraped)) in columns.iter().enumerate() {
-                let _scraping = Scraper::start(scraped.clone());
-                round[k] = bench.peak(addr, flags, &format!("peak-{label}"));
+        // One search for the plain column's peak P, then every column at the
+        // same rates, from 1.10 P down in steps of 2.5 % of P, REPS runs each,
+        // interleaved: a column's peak is the highest rate at which most of
+        // its runs were VALID. A single search per column moves by a step or
+        // two (5 %) from one try to the next on two cores; runs paired at the
+        // same rates resolve the columns' difference far better.
+        let (label, addr, flags, scraped) = &columns[0];
+        let searched = {
+            let _scraping = Scraper::start(scraped.clone());
+            bench.peak(addr, flags, &format!("peak-{label}"))
+        };
+        let mut peaks: [Option<f64>; 3] = [None; 3];
+        let mut tally: Vec<(f64, [usize; 3])> = Vec::new();
+        for step in 0..=16u32 {
+            let qps = (searched * (1.10 - 0.025 * f64::from(step))).round();
+            let mut valid = [0usize; 3];
+            for r in 0..REPS {
+                for (k, (label, addr, flags, scraped)) in rotated(&columns, r) {
+                    if peaks[k].is_some() {
+                        continue;
+                    }
+                    let _scraping = Scraper::start(scraped.clone());
+                    let dir =
+                        bench.server(addr, qps, bench.secs(4), flags, &format!("peak-{label}"));
+                    valid[k] += usize::from(Bench::valid(&dir));
+                }
             }
-            peaks.push(round);
+            for (k, peak) in peaks.iter_mut().enumerate() {
+                if peak.is_none() && 2 * valid[k] > REPS {
+                    *peak = Some(qps);
+                }
+            }
+            tally.push((qps, valid));
+            if peaks.iter().all(Option::is_some) {
+                break;
+            }
         }
-        let m = |k: usize| tests::median(peaks.iter().map(|r| r[k]));
-        let (q_off, q_on, q_all) = (m(0), m(1), m(2));
+        let q = |k: usize| peaks[k].unwrap_or(f64::NAN);
+        let (q_off, q_on, q_all) = (q(0), q(1), q(2));
         println!(
-            "  highest VALID Server QPS (median of {REPS}): all off {q_off:>9.0} | metrics on, scraped {q_on:>9.0} ({:.3}x) | all on {q_all:>9.0} ({:.3}x)",
+            "  highest VALID Server QPS (most of {REPS} runs VALID; rates 2.5 % apart): all off {q_off:>9.0} | metrics on, scraped {q_on:>9.0} ({:.3}x) | all on {q_all:>9.0} ({:.3}x)",
             q_on / q_off,
             q_all / q_off
         );
         println!(
-            "    per round (off, metrics, all): {}",
-            peaks
+            "    VALID runs per rate (off/metrics/all; - once a column has its peak; search gave {searched:.0}): {}",
+            tally
                 .iter()
-                .map(|r| format!("{:.0}/{:.0}/{:.0}", r[0], r[1], r[2]))
+                .map(|(qps, v)| {
+                    let n = |k: usize| {
+                        if peaks[k].is_some_and(|p| p > *qps) {
+                            "-".to_string()
+                        } else {
+                            v[k].to_string()
+                        }
+                    };
+                    format!("{:.0}k {}/{}/{}", qps / 1e3, n(0), n(1), n(2))
+                })
                 .collect::<Vec<_>>()
                 .join("  ")
         );
@@ -294,8 +340,8 @@ fn main() {
     ];
     let fixed = 200_000.0;
     let mut cpu: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cpu_columns.len()];
-    for _ in 0..REPS {
-        for (k, (label, n, flags, scraped)) in cpu_columns.iter().enumerate() {
+    for r in 0..REPS {
+        for (k, (label, n, flags, scraped)) in rotated(&cpu_columns, r) {
             let _scraping = Scraper::start(scraped.clone());
             let (node0, lg0) = (tests::cpu_secs(n.pid()), tests::children_cpu_secs());
             let dir = bench.server(&n.addr, fixed, secs, flags, &format!("cpu-{label}"));

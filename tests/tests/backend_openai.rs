@@ -52,7 +52,15 @@ fn summary(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("mlperf_log_summary.txt")).unwrap_or_default()
 }
 
-fn run(node: &SutNode, data: &str, scenario: &str, mode: &str, sets: &[&str], out: &Path) {
+/// Runs loadgen-node; returns what it printed, for the test's messages.
+fn run(
+    node: &SutNode,
+    data: &str,
+    scenario: &str,
+    mode: &str,
+    sets: &[&str],
+    out: &Path,
+) -> String {
     let mut args = vec![
         "--sut",
         &node.addr,
@@ -71,14 +79,19 @@ fn run(node: &SutNode, data: &str, scenario: &str, mode: &str, sets: &[&str], ou
         args.extend_from_slice(&["--set", s]);
     }
     let run = loadgen(&args);
+    let printed = format!(
+        "loadgen-node {scenario} {mode} ({}):\n{}\n{}",
+        run.status,
+        text(&run.stdout),
+        text(&run.stderr)
+    );
     // An INVALID performance result is fine here (too few samples); a
     // failed run is not.
     assert!(
         out.join("mlperf_log_summary.txt").exists() || run.status.success(),
-        "loadgen-node {scenario} {mode} failed:\n{}\n{}",
-        text(&run.stdout),
-        text(&run.stderr)
+        "{printed}"
     );
+    printed
 }
 
 #[test]
@@ -113,9 +126,14 @@ fn llm_runs_through_llama_cpp_server() {
 
     // Every answer is generated text.
     let acc = dir.join("accuracy");
-    run(&node, &data, "Offline", "AccuracyOnly", &[], &acc);
+    let printed = run(&node, &data, "Offline", "AccuracyOnly", &[], &acc);
     let entries = tests::accuracy_entries(&acc);
-    assert_eq!(entries.len(), PROMPTS.len());
+    assert_eq!(
+        entries.len(),
+        PROMPTS.len(),
+        "{printed}\nthe server's log:\n{}",
+        server.log_text()
+    );
     for e in entries {
         let answer = String::from_utf8_lossy(&e.data);
         eprintln!("sample {}: {answer:?}", e.qsl_idx);
@@ -133,7 +151,7 @@ fn llm_runs_through_llama_cpp_server() {
         ),
     ] {
         let out = dir.join(scenario);
-        run(&node, &data, scenario, "PerformanceOnly", &sets, &out);
+        let printed = run(&node, &data, scenario, "PerformanceOnly", &sets, &out);
         let s = summary(&out);
         // Offline reports throughput only; Server the token latencies too.
         let keys: &[&str] = if scenario == "Offline" {
@@ -144,12 +162,14 @@ fn llm_runs_through_llama_cpp_server() {
                 "Mean Time per Output Token (ns)",
             ]
         };
-        assert!(!s.contains("invalid responses"), "{scenario}:\n{s}");
+        assert!(
+            !s.contains("invalid responses"),
+            "{scenario}:\n{s}\n{printed}"
+        );
         for key in keys {
-            let line = s
-                .lines()
-                .find(|l| l.starts_with(key))
-                .unwrap_or_else(|| panic!("{scenario}: no {key:?} in the summary:\n{s}"));
+            let line = s.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| {
+                panic!("{scenario}: no {key:?} in the summary:\n{s}\n{printed}")
+            });
             eprintln!("{scenario}: {line}");
             let value: f64 = line
                 .rsplit(':')
