@@ -285,11 +285,32 @@ pub fn build_release() -> PathBuf {
 /// `build_release` with extra cargo arguments (features).
 pub fn build_release_with(extra: &[&str]) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    build
         .args(["build", "--release", "-p", "loadgen-cli", "-p", "sut-node"])
-        .args(extra)
-        .status()
-        .expect("cargo runs");
+        .args(extra);
+    // What cargo sets for the running bench is not the build's: a build
+    // script that watches one of them (ring's watches CARGO_MANIFEST_DIR)
+    // would otherwise rebuild its crate and all above it on every bench.
+    for (name, _) in std::env::vars_os() {
+        let set_by_cargo = name.to_str().is_some_and(|n| {
+            n.starts_with("CARGO_PKG_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "OUT_DIR",
+                ]
+                .contains(&n)
+        });
+        if set_by_cargo {
+            build.env_remove(name);
+        }
+    }
+    let status = build.status().expect("cargo runs");
     assert!(status.success(), "building the release binaries failed");
     binary("loadgen-node")
 }
