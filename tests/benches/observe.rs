@@ -7,13 +7,13 @@
 //! the default sample ratio) to a local OTLP collector and a progress line
 //! every second. Each column runs against its own sut-node started with
 //! exactly its flags; rounds are interleaved, each column taking each place
-//! in a round's order in turn. Latencies are medians of the
-//! rounds; peaks come from runs of every column at the same rates, 2.5 %
-//! apart (one search per column moves by several percent from one try to
-//! the next on two cores). The bench also prints what each column costs in
-//! CPU per sample at a fixed rate (both processes, the node's and
-//! loadgen-node's), with OTLP alone and progress lines alone besides, which
-//! resolves finer still.
+//! in a round's order in turn. Latencies are medians of the rounds; peaks
+//! come from runs of every column at the same rates, 2.5 % apart (one
+//! search per column moves by several percent from one try to the next on
+//! two cores). The bench also prints what each column costs in CPU per
+//! sample at a fixed rate (both processes, the node's and loadgen-node's),
+//! with OTLP alone and progress lines alone besides, which resolves finer
+//! still.
 //! (The latency breakdown and the metric counters are always recorded: the
 //! breakdown's cost per answer is measured by
 //! `cargo test -p qdl --release --lib record_cost -- --ignored --nocapture`.)
@@ -304,6 +304,12 @@ fn main() {
                 .collect::<Vec<_>>()
                 .join("  ")
         );
+        if tally
+            .first()
+            .is_some_and(|(top, _)| peaks.contains(&Some(*top)))
+        {
+            println!("    (a column VALID at the highest rate tried may reach more)");
+        }
     }
     if !part("cpu") {
         return;
