@@ -518,11 +518,7 @@ async fn a_client_that_does_not_read_its_answers_gets_no_more_samples_taken() {
         max_waiting_answer_bytes: 256 << 10,
         ..sut_node::limits::Limits::default()
     };
-    // The client's packets stay at QUIC's base size: what is measured is
-    // the node's flow control, not bursts of 64 KiB loopback datagrams.
-    let mut client = loadgen_transport();
-    client.mtu_discovery_config(None);
-    let node = Node::start_with("quic-slow-reader", limits, ANSWER, client).await;
+    let node = Node::start_with("quic-slow-reader", limits, ANSWER, loadgen_transport()).await;
     let (mut send, mut recv) = within("a stream", node.conn.open_bi()).await.unwrap();
     send.write_all(&[stream_type::INFER]).await.unwrap();
     // Never reading the answers, send until the node stops taking samples
