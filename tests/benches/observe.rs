@@ -128,9 +128,9 @@ impl Drop for Scraper {
 /// Rounds of each measurement; the median is printed.
 const REPS: usize = 3;
 
-/// The columns with their indices, the first of round `r` being column `r`:
-/// each column takes each place in the order in turn, so that none always
-/// runs first after a pause or right after another's run.
+/// The columns with their indices, round `r` starting at column `r` (modulo
+/// their number): rounds start with different columns, so that none always
+/// runs first after a pause or always right after the same other one.
 fn rotated<T>(columns: &[T], r: usize) -> impl Iterator<Item = (usize, &T)> {
     let n = columns.len();
     (0..n).map(move |i| ((i + r) % n, &columns[(i + r) % n]))
