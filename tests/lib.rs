@@ -382,3 +382,105 @@ pub fn accuracy_entries(out: &Path) -> Vec<AccuracyEntry> {
         })
         .collect()
 }
+
+/// The files of a submission tree's results that the official submission
+/// checker (mlcommons/inference, tools/submission) does not allow where they
+/// are, one line each; empty when the tree holds only what it reads. The
+/// lists are the checker's: REQUIRED_PERF_FILES and OPTIONAL_PERF_FILES for a
+/// performance run, REQUIRED_ACC_FILES for an accuracy run,
+/// REQUIRED_COMP_PER_FILES for an audit's run, REQUIRED_TEST01_ACC_FILES for
+/// TEST01's accuracy folder and REQUIRED_MEASURE_FILES beside the runs; its
+/// files_diff always lets a trace log through.
+pub fn files_the_checker_refuses(results: &Path) -> Vec<String> {
+    const TRACE: &str = "mlperf_log_trace.json";
+    const PERFORMANCE: &[&str] = &[
+        "mlperf_log_summary.txt",
+        "mlperf_log_detail.txt",
+        "mlperf_log_accuracy.json",
+        TRACE,
+    ];
+    const ACCURACY: &[&str] = &[
+        "mlperf_log_summary.txt",
+        "mlperf_log_detail.txt",
+        "accuracy.txt",
+        "mlperf_log_accuracy.json",
+        TRACE,
+    ];
+    const AUDIT_ACCURACY: &[&str] = &[
+        "mlperf_log_accuracy.json",
+        "accuracy.txt",
+        "baseline_accuracy.txt",
+        "compliance_accuracy.txt",
+        TRACE,
+    ];
+    const SCENARIO: &[&str] = &["user.conf", "README.md", "measurements.json"];
+    const VERIFY: &[&str] = &["verify_accuracy.txt", "verify_performance.txt"];
+    const AUDITS: &[&str] = &["TEST01", "TEST04", "TEST06"];
+
+    fn entries(dir: &Path) -> (Vec<String>, Vec<String>) {
+        let (mut files, mut dirs) = (Vec::new(), Vec::new());
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match e.path().is_dir() {
+                true => dirs.push(name),
+                false => files.push(name),
+            }
+        }
+        (files, dirs)
+    }
+    fn only(dir: &Path, files: &[&str], dirs: &[&str], out: &mut Vec<String>) {
+        let (f, d) = entries(dir);
+        for name in f.iter().filter(|n| !files.contains(&n.as_str())) {
+            out.push(format!("{}: file {name}", dir.display()));
+        }
+        for name in d.iter().filter(|n| !dirs.contains(&n.as_str())) {
+            out.push(format!("{}: folder {name}", dir.display()));
+        }
+    }
+
+    let mut refused = Vec::new();
+    let out = &mut refused;
+    for system in entries(results).1 {
+        for benchmark in entries(&results.join(&system)).1 {
+            for scenario in entries(&results.join(&system).join(&benchmark)).1 {
+                let s = results.join(&system).join(&benchmark).join(&scenario);
+                let mut folders = vec!["accuracy", "performance"];
+                folders.extend(AUDITS);
+                only(&s, SCENARIO, &folders, out);
+                only(&s.join("accuracy"), ACCURACY, &[], out);
+                only(&s.join("performance"), &[], &["run_1"], out);
+                only(&s.join("performance/run_1"), PERFORMANCE, &[], out);
+                for audit in AUDITS {
+                    let t = s.join(audit);
+                    if !t.is_dir() {
+                        continue;
+                    }
+                    only(&t, VERIFY, &["accuracy", "performance"], out);
+                    only(&t.join("accuracy"), AUDIT_ACCURACY, &[], out);
+                    only(&t.join("performance"), &[], &["run_1"], out);
+                    only(&t.join("performance/run_1"), PERFORMANCE, &[], out);
+                }
+            }
+        }
+    }
+    refused
+}
+
+/// What the official submission checker says of a tree whose runs are
+/// shortened (tests cannot wait ten minutes a run, nor for an accuracy run
+/// over a whole data set): its ERROR lines about those, and nothing else.
+pub const SHORT_RUN_COMPLAINTS: &[&str] = &[
+    "Test duration less than 600s",
+    "accurcy run does not cover all dataset",
+    // An audit's own verdict, read from verify_performance.txt: runs of a
+    // second on a busy host may land outside its 10 %.
+    "Compliance test performance check in",
+];
+
+/// The checker's ERROR lines that only sum up the others (a folder whose
+/// checks failed, a result not counted, the verdict).
+pub const CHECKER_SUMMING_UP: &[&str] = &[
+    "Checks failed for",
+    "NoResults",
+    "SUMMARY: submission has errors",
+];

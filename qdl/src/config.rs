@@ -60,6 +60,17 @@ impl NodeAddr {
 }
 
 impl NodeAddr {
+    /// The address as written on a command line, scheme included
+    /// (`quic://host:port`); it parses back to the same address.
+    pub fn url(&self) -> String {
+        let scheme = match self.transport {
+            Transport::Grpc => "grpc",
+            Transport::Grpcs => "grpcs",
+            Transport::Quic => "quic",
+        };
+        format!("{scheme}://{}", self.authority())
+    }
+
     /// This address with the transport a connection to it really uses:
     /// `Grpcs` for `grpc://` when the configuration has TLS settings.
     pub fn effective(&self, tls_configured: bool) -> NodeAddr {
@@ -290,6 +301,9 @@ mod tests {
         assert_eq!((c.host.as_str(), c.port), ("::1", 9));
         assert_eq!(c.to_string(), "[::1]:9");
         assert_eq!(b.to_string(), "node-3.example:7000");
+        for a in [&a, &b, &c] {
+            assert_eq!(&parse(&a.url()).unwrap(), a);
+        }
     }
 
     #[test]

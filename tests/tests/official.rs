@@ -457,3 +457,231 @@ fn the_official_engines_traced_samples_reach_the_nodes_under_the_run() {
         assert_eq!(q.trace_id, n.trace_id);
     }
 }
+
+/// The seeds of LoadGen 6.0.17's mlperf.conf, which every run of a
+/// submission must have logged.
+const SEEDS: [(&str, u64); 3] = [
+    ("effective_qsl_rng_seed", 2085463073848966840),
+    ("effective_sample_index_rng_seed", 2747215439041700203),
+    ("effective_schedule_rng_seed", 16159082839903944936),
+];
+
+/// A run of the official LoadGen that applied mlperf.conf and then the
+/// plan's settings: its seeds, its (shortened) minimum duration, and none
+/// of the LoadGen's own complaints about conf files.
+fn assert_configured_once(run: &Path, min_duration_ms: u64) {
+    for (key, seed) in SEEDS {
+        assert_eq!(
+            detail_value(run, key),
+            Some(serde_json::Value::from(seed)),
+            "{}: {key}",
+            run.display()
+        );
+    }
+    assert_eq!(
+        detail_value(run, "effective_min_duration_ms"),
+        Some(serde_json::Value::from(min_duration_ms)),
+        "{}",
+        run.display()
+    );
+    let detail = std::fs::read_to_string(run.join("mlperf_log_detail.txt")).unwrap();
+    assert!(
+        !detail.contains("error_invalid_config") && !detail.contains("Multiple conf files"),
+        "{}: the LoadGen saw a second conf file",
+        run.display()
+    );
+}
+
+/// The tree's runs of one scenario: where each detail log is.
+const TREE_RUNS: [&str; 4] = [
+    "accuracy",
+    "performance/run_1",
+    "TEST01/performance/run_1",
+    "TEST04/performance/run_1",
+];
+
+#[test]
+fn a_submission_plan_with_the_official_engine_gives_every_run_its_own_process() {
+    let nodes = nodes();
+    let dir = scratch("official-submission");
+    let plan_path = dir.join("plan.toml");
+    let plan = format!(
+        r#"
+system = "official_sut"
+submitter = "MLPerfNet"
+sut = "{}"
+engine = "official"
+run_flags = ["--sample-bytes", "64", "--total-sample-count", "256"]
+
+[[benchmark]]
+model = "resnet50"
+scenarios = ["Offline", "Server", "SingleStream", "MultiStream"]
+accuracy_command = "{} check-synthetic --accuracy-log {{accuracy_log}} --sample-bytes 64 --total-sample-count 256"
+[benchmark.settings]
+min_duration = 1000
+[benchmark.settings.Offline]
+target_qps = 4000
+[benchmark.settings.Server]
+target_qps = 300
+min_query_count = 700
+[benchmark.settings.SingleStream]
+target_latency = 5
+min_query_count = 200
+[benchmark.settings.MultiStream]
+target_latency = 10
+min_query_count = 700
+
+[system_description]
+status = "available"
+"#,
+        sut_list(&nodes),
+        binary("loadgen-node").display()
+    );
+    std::fs::write(&plan_path, plan).unwrap();
+    let plan_arg = plan_path.display().to_string();
+    let mut args = vec!["submission", plan_arg.as_str()];
+    let inference = std::env::var("MLPERF_INFERENCE_DIR").ok();
+    if let Some(i) = &inference {
+        args.extend(["--inference", i]);
+    }
+    let o = loadgen(&args);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(
+        err.matches("official run in a process of its own").count() == 16,
+        "four scenarios of four runs each, each in its own process:\n{err}"
+    );
+    let root = dir.join("submission/network/MLPerfNet");
+    for scenario in ["Offline", "Server", "SingleStream", "MultiStream"] {
+        let s = root.join("results/official_sut/resnet").join(scenario);
+        for run in TREE_RUNS {
+            assert_configured_once(&s.join(run), 1000);
+        }
+        for f in [
+            "TEST01/verify_performance.txt",
+            "TEST04/verify_performance.txt",
+        ] {
+            assert!(s.join(f).is_file(), "{scenario}/{f}\n{out}{err}");
+        }
+        let extras = dir.join("run_extras/official_sut/resnet").join(scenario);
+        for run in ["accuracy", "performance", "TEST01", "TEST04"] {
+            let merged = extras.join(run).join("user.conf.loadgen-node");
+            let text = std::fs::read_to_string(&merged)
+                .unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
+            assert!(text.contains("resnet50"), "{text}");
+        }
+        assert!(extras.join("TEST01/audit.config").is_file());
+    }
+    let refused = tests::files_the_checker_refuses(&root.join("results"));
+    assert!(refused.is_empty(), "{refused:#?}");
+    match inference {
+        // Shortened runs cannot pass, but nothing else may be wrong.
+        Some(_) => {
+            let log = std::fs::read_to_string(dir.join("checker.log")).unwrap();
+            let errors: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("ERROR"))
+                .filter(|l| !tests::SHORT_RUN_COMPLAINTS.iter().any(|c| l.contains(c)))
+                .filter(|l| !tests::CHECKER_SUMMING_UP.iter().any(|c| l.contains(c)))
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "the checker found more: {errors:#?}\n{log}"
+            );
+        }
+        None => eprintln!("MLPERF_INFERENCE_DIR is not set: skipping the official checker"),
+    }
+}
+
+#[test]
+fn audits_with_the_official_engine_run_each_run_in_its_own_process() {
+    let nodes = nodes();
+    let sut = sut_list(&nodes);
+    let dir = scratch("official-audit").join("results/sys/resnet/SingleStream");
+    let dir_s = dir.display().to_string();
+    for test in ["TEST01", "TEST04"] {
+        let o = loadgen(&[
+            "audit",
+            test,
+            "--engine",
+            "official",
+            "--sut",
+            &sut,
+            "--scenario",
+            "SingleStream",
+            "--model",
+            "resnet50",
+            "--sample-bytes",
+            "64",
+            "--total-sample-count",
+            "256",
+            "--set",
+            "min_duration=1000",
+            "--set",
+            "min_query_count=200",
+            "--set",
+            "target_latency=5",
+            "--output-dir",
+            &dir_s,
+        ]);
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert!(
+            out.contains(&format!("{test} verification complete")),
+            "{out}{err}"
+        );
+        assert!(
+            err.contains("official run in a process of its own"),
+            "{err}"
+        );
+    }
+    for run in TREE_RUNS {
+        assert_configured_once(&dir.join(run), 1000);
+    }
+    let refused = tests::files_the_checker_refuses(&dir.join("../../.."));
+    assert!(refused.is_empty(), "{refused:#?}");
+}
+
+/// The official LoadGen applies mlperf.conf only on a process's first
+/// FromConfig: a second official test in one process is refused before it
+/// starts. (The only test here that runs the official LoadGen inside the
+/// test process.)
+#[test]
+fn a_second_official_run_in_one_process_is_refused() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        run: loadgen_cli::args::RunArgs,
+    }
+    let out = scratch("official-twice");
+    let out_s = out.display().to_string();
+    let flags = Flags::parse_from([
+        "loadgen-node",
+        "--engine",
+        "official",
+        "--scenario",
+        "SingleStream",
+        "--total-sample-count",
+        "16",
+        "--no-trace",
+        "--progress-interval",
+        "0",
+        "--set",
+        "min_duration=0",
+        "--set",
+        "min_query_count=16",
+        "--set",
+        "max_query_count=16",
+        "--output-dir",
+        &out_s,
+    ]);
+    let first = loadgen_cli::engines::run(&flags.run).expect("the first official run");
+    assert_eq!(first, loadgen_cli::exit::Exit::Done);
+    assert_configured_once(&out, 0);
+    let second = loadgen_cli::engines::run(&flags.run).unwrap_err();
+    assert!(
+        second
+            .to_string()
+            .contains("already run a test in this process"),
+        "{second}"
+    );
+}

@@ -193,6 +193,8 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
         );
         check_row(&results.join(s), &row);
     }
+    let refused = tests::files_the_checker_refuses(&root.join("results"));
+    assert!(refused.is_empty(), "{refused:#?}");
     let system: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(root.join("systems/synthetic_sut.json")).unwrap(),
     )
@@ -272,7 +274,7 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
         "256",
     ]);
     let out = text(&o.stdout);
-    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(o.status.code(), Some(3), "{out}");
     assert!(
         out.starts_with("accuracy=") && !out.starts_with("accuracy=100.000%"),
         "{out}"

@@ -4,20 +4,22 @@
 //! `--output-dir` is the scenario's results directory. The reference runs go
 //! to `performance/run_1` and `accuracy` (made only when missing), the audit
 //! run and its verification to `TESTxx/`: `audit.config`, `performance/run_1`,
-//! `accuracy`, `verify_accuracy.txt`, `verify_performance.txt`.
+//! `accuracy`, `verify_accuracy.txt`, `verify_performance.txt`. Nothing else
+//! goes there: each run's own files (latency breakdown, merged user.conf)
+//! go to `--extras-dir` [default: `run_extras/` in the working directory,
+//! then the last three parts of the output directory, e.g.
+//! `run_extras/<system>/<benchmark>/<scenario>`], in a folder per run.
+//! With `--engine official` each run is a process of its own.
 
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use loadgen_engine::TestMode;
 
+use crate::args::{Engine, RunArgs};
 use crate::compliance::{self, AuditTest, Dtype, Report};
-use crate::engines::run;
-use crate::run::RunArgs;
-
-/// Exit status of an audit whose verification failed.
-pub const AUDIT_FAILED: u8 = 4;
+use crate::engines::run_step;
+use crate::exit::Exit;
 
 /// The flags of `loadgen-node audit`.
 #[derive(clap::Args, Debug, Clone)]
@@ -44,15 +46,23 @@ pub struct AuditArgs {
 
 /// Runs what the audit needs and verifies it; exit status 4 when the
 /// verification fails.
-pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
+pub fn audit(args: &AuditArgs) -> Result<Exit> {
     compliance::check_required(args.test, &args.run.model)?;
     if args.run.audit_config.is_some() {
         bail!("--audit-config: the audit writes the official audit.config itself; drop the flag");
     }
     let dir = args.run.output_dir.clone();
     if !args.verify_only {
-        ensure_reference_runs(args.test, &args.run, &dir)?;
-        run_audit(args.test, &args.run, &dir)?;
+        let extras = match &args.run.extras_dir {
+            Some(e) => e.clone(),
+            None => extras_for(Path::new("."), &dir),
+        };
+        ensure_reference_runs(args.test, &args.run, &dir, &extras)?;
+        run_audit(args.test, &args.run, &dir, &extras)?;
+        eprintln!(
+            "loadgen-node: the runs' own files (latency breakdowns) are in {}",
+            extras.display()
+        );
     }
     let reference = accuracy_dir(&dir).join("mlperf_log_accuracy.json");
     let passed = verify(
@@ -64,9 +74,25 @@ pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
         args.eos_token_id,
     )?;
     Ok(match passed {
-        true => ExitCode::SUCCESS,
-        false => ExitCode::from(AUDIT_FAILED),
+        true => Exit::Done,
+        false => Exit::AuditFailed,
     })
+}
+
+/// Where the runs of a scenario's results directory keep their own files:
+/// `<base>/run_extras/` and the directory's last three parts
+/// (`<system>/<benchmark>/<scenario>` in a submission tree), outside the
+/// tree the checker reads.
+pub fn extras_for(base: &Path, scenario_dir: &Path) -> PathBuf {
+    let parts: Vec<_> = scenario_dir
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    let mut extras = base.join("run_extras");
+    for part in &parts[parts.len().saturating_sub(3)..] {
+        extras.push(part);
+    }
+    extras
 }
 
 /// Where a scenario's results directory keeps each run.
@@ -87,10 +113,12 @@ pub fn run_done(dir: &Path, accuracy: bool) -> bool {
         && (!accuracy || dir.join("mlperf_log_accuracy.json").is_file())
 }
 
-/// One run of `base`'s flags into `out`, in `mode`, with `audit_config`.
+/// One run of `base`'s flags into `out`, in `mode`, with `audit_config`;
+/// its own files go to `extras`.
 pub fn run_into(
     base: &RunArgs,
     out: &Path,
+    extras: &Path,
     mode: Option<TestMode>,
     audit_config: Option<PathBuf>,
     what: &str,
@@ -105,24 +133,43 @@ pub fn run_into(
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut args = base.clone();
     args.output_dir = out.to_path_buf();
+    args.extras_dir = Some(extras.to_path_buf());
     args.mode = mode;
     args.audit_config = audit_config;
     eprintln!("loadgen-node: {what} run into {}", out.display());
-    let code = run(&args).with_context(|| format!("the {what} run into {}", out.display()))?;
-    if code != ExitCode::SUCCESS {
-        bail!("the {what} run into {} failed ({code:?})", out.display());
+    let exit = run_step(&args).with_context(|| format!("the {what} run into {}", out.display()))?;
+    if exit != Exit::Done {
+        let reason = match (exit, args.engine) {
+            (Exit::RunFailed, Engine::Official) => format!(
+                "{}; the reason is in {}",
+                exit.meaning(),
+                out.join("RUN_FAILED.txt").display()
+            ),
+            _ => exit.meaning().to_string(),
+        };
+        bail!(
+            "the {what} run into {} failed: {reason} (exit status {})",
+            out.display(),
+            exit.code()
+        );
     }
     Ok(())
 }
 
 /// The reference runs the audit compares with, made when missing.
-pub fn ensure_reference_runs(test: AuditTest, base: &RunArgs, dir: &Path) -> Result<()> {
+pub fn ensure_reference_runs(
+    test: AuditTest,
+    base: &RunArgs,
+    dir: &Path,
+    extras: &Path,
+) -> Result<()> {
     if matches!(test, AuditTest::Test01 | AuditTest::Test04)
         && !run_done(&performance_dir(dir), false)
     {
         run_into(
             base,
             &performance_dir(dir),
+            &extras.join("performance"),
             Some(TestMode::PerformanceOnly),
             None,
             "reference performance",
@@ -132,6 +179,7 @@ pub fn ensure_reference_runs(test: AuditTest, base: &RunArgs, dir: &Path) -> Res
         run_into(
             base,
             &accuracy_dir(dir),
+            &extras.join("accuracy"),
             Some(TestMode::AccuracyOnly),
             None,
             "reference accuracy",
@@ -140,24 +188,27 @@ pub fn ensure_reference_runs(test: AuditTest, base: &RunArgs, dir: &Path) -> Res
     Ok(())
 }
 
-/// The audit run: the official settings in `TESTxx/audit.config`, logs in
-/// `TESTxx/performance/run_1`, its accuracy log moved to `TESTxx/accuracy`.
-pub fn run_audit(test: AuditTest, base: &RunArgs, dir: &Path) -> Result<()> {
+/// The audit run: the official settings in `<extras>/TESTxx/audit.config`
+/// (the tree has no place for it), logs in `TESTxx/performance/run_1`, its
+/// accuracy log moved to `TESTxx/accuracy`.
+pub fn run_audit(test: AuditTest, base: &RunArgs, dir: &Path, extras: &Path) -> Result<()> {
     let test_dir = dir.join(test.name());
     if test_dir.exists() {
         std::fs::remove_dir_all(&test_dir).with_context(|| {
             format!("cannot clear the previous audit in {}", test_dir.display())
         })?;
     }
-    std::fs::create_dir_all(&test_dir)
-        .with_context(|| format!("cannot create {}", test_dir.display()))?;
-    let config = test_dir.join("audit.config");
+    let run_extras = extras.join(test.name());
+    for d in [&test_dir, &run_extras] {
+        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let config = run_extras.join("audit.config");
     std::fs::write(&config, compliance::audit_config(test, &base.model))
         .with_context(|| format!("cannot write {}", config.display()))?;
     let mut args = base.clone();
     args.no_trace = true;
     let perf = performance_dir(&test_dir);
-    run_into(&args, &perf, None, Some(config), test.name())?;
+    run_into(&args, &perf, &run_extras, None, Some(config), test.name())?;
     if matches!(test, AuditTest::Test01 | AuditTest::Test06) {
         let acc = accuracy_dir(&test_dir);
         std::fs::create_dir_all(&acc)
@@ -243,5 +294,23 @@ fn py_bool(b: bool) -> &'static str {
     match b {
         true => "True",
         false => "False",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extras_keep_the_scenario_dirs_last_three_parts() {
+        let scenario = Path::new("/s/sub/closed/Org/results/sys/resnet/Offline");
+        assert_eq!(
+            extras_for(Path::new("plan"), scenario),
+            Path::new("plan/run_extras/sys/resnet/Offline")
+        );
+        assert_eq!(
+            extras_for(Path::new("."), Path::new("./Offline")),
+            Path::new("./run_extras/Offline")
+        );
     }
 }

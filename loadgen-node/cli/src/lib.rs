@@ -1,23 +1,33 @@
-//! The LoadGen node's own pieces around the engine and the QDL: the Query
-//! Sample Library that holds the data, the built-in benchmark table, the live
-//! progress line, the checker of synthetic-backend accuracy runs and the TLS
-//! options.
+//! The LoadGen node's own pieces around the engine and the QDL.
+//!
+//! A run starts as flags (`args`), becomes a checked plan (`plan`), and is
+//! run by one engine (`engines`: `native`, or `official` in a process of its
+//! own when a command makes several runs) over the SUT of `system`, watched
+//! and reported by `observe`. Around it: the Query Sample Library that holds
+//! the data (`qsl`), the built-in benchmark table, the live progress line,
+//! the commands besides a single run (`audit`, `submission`, `preflight`,
+//! `report`, `check-synthetic`) and the exit statuses they share (`exit`).
 
+pub mod args;
 pub mod audit;
 pub mod benchmarks;
 pub mod breakdown;
 pub mod compliance;
 pub mod engines;
+pub mod exit;
 pub mod metrics;
+mod native;
 pub mod npy;
+mod observe;
 #[cfg(feature = "official-loadgen")]
 mod official;
 mod otlp;
+pub mod plan;
 pub mod preflight;
 pub mod progress;
 pub mod qsl;
 pub mod report;
-pub mod run;
 pub mod submission;
+mod system;
 pub mod tls;
 pub mod verify;

@@ -5,12 +5,14 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use loadgen_cli::args::RunArgs;
 use loadgen_cli::audit::{audit, AuditArgs};
 use loadgen_cli::engines::run;
+use loadgen_cli::exit::Exit;
 use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::report::ReportArgs;
-use loadgen_cli::run::{check_synthetic, CheckSyntheticArgs, RunArgs};
 use loadgen_cli::submission::{submission, SubmissionArgs};
+use loadgen_cli::verify::{check_synthetic, CheckSyntheticArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
 ///
@@ -73,7 +75,7 @@ enum Command {
     /// Every logged answer must be the synthetic function of its sample;
     /// prints `accuracy=P%, good=G, total=T` as the accuracy scripts do, so
     /// that a submission plan on synthetic nodes can use it as its
-    /// accuracy_command. Exit status 1 if any answer does not match.
+    /// accuracy_command. Exit status 3 if any answer does not match.
     CheckSynthetic(CheckSyntheticArgs),
 }
 
@@ -88,14 +90,14 @@ fn main() -> ExitCode {
         Some(Command::Preflight(args)) => preflight(args),
         Some(Command::Submission(args)) => submission(args),
         Some(Command::CheckSynthetic(args)) => check_synthetic(args),
-        Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| ExitCode::SUCCESS),
+        Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| Exit::Done),
         None => run(&cli.run),
     };
     match result {
-        Ok(code) => code,
+        Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("loadgen-node: error: {e:#}");
-            ExitCode::FAILURE
+            Exit::Error.into()
         }
     }
 }

@@ -13,9 +13,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use loadgen_engine::{
@@ -23,9 +22,11 @@ use loadgen_engine::{
 };
 use qdl::{ForeignLoadGen, ForeignSut};
 
+use crate::exit::Exit;
+use crate::observe::Observers;
+use crate::plan::{RunPlan, UserConf};
 use crate::progress::{Progress, Target};
-use crate::run::{self, RunArgs};
-use loadgen_engine::null_sut::SizedQsl;
+use crate::system::System;
 
 #[repr(C)]
 struct Response {
@@ -237,45 +238,28 @@ fn c_path(what: &str, p: &Path) -> Result<CString> {
     c_string(what, p.display().to_string())
 }
 
-/// The user.conf the official LoadGen reads: --user-conf, with the --set
-/// lines appended (later lines win) in a file of the output directory, so
-/// that FromConfig is called once, as the rules expect.
-fn user_conf(args: &RunArgs) -> Result<Option<PathBuf>> {
-    if args.set.is_empty() {
-        return Ok(args.user_conf.clone());
-    }
-    let mut text = match &args.user_conf {
-        Some(p) => std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read --user-conf {}", p.display()))?,
-        None => String::new(),
-    };
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push_str("# --set\n");
-    text.push_str(&run::set_lines(args)?);
-    let path = args.output_dir.join("user.conf.loadgen-node");
-    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(Some(path))
-}
+/// Whether this process has started an official test.
+static STARTED: AtomicBool = AtomicBool::new(false);
 
-fn refuse_unsupported(args: &RunArgs) -> Result<()> {
-    if args.conf.is_some() {
+/// The official LoadGen applies its mlperf.conf only on the first
+/// `FromConfig` of a process (`test_settings_internal.cc`); every later
+/// run would get seeds of 0, the C++ default durations and an
+/// `error_invalid_config` record. So a process runs one official test.
+fn claim_the_process() -> Result<()> {
+    if STARTED.swap(true, Ordering::SeqCst) {
         bail!(
-            "--conf: the official LoadGen 6.0.17 reads mlperf.conf only from the copy compiled \
-             into it (mlperf_conf.h of its tree); to use another round's mlperf.conf, build \
-             against that round's LoadGen release"
+            "the official LoadGen has already run a test in this process, and it applies its \
+             mlperf.conf only to a process's first run: a second run here would log seeds of 0 \
+             and the C++ default durations. Run each official test in a loadgen-node process of \
+             its own (`submission` and `audit` do)"
         );
-    }
-    if args.null_tokens {
-        bail!("--null-tokens: the official engine's null SUT answers without tokens");
     }
     Ok(())
 }
 
-/// Runs one test with the official LoadGen.
-pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    refuse_unsupported(args)?;
+/// Runs the test of `plan` with the official LoadGen, once per process.
+pub fn run(plan: &RunPlan) -> Result<Exit> {
+    claim_the_process()?;
     if !tree_matches() {
         eprintln!(
             "loadgen-node: WARNING: the official LoadGen compiled into this binary was built \
@@ -283,61 +267,37 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             tree_report()
         );
     }
-    std::fs::create_dir_all(&args.output_dir)
-        .with_context(|| format!("cannot create {}", args.output_dir.display()))?;
-    let audit_config = match &args.audit_config {
-        Some(p) if !p.is_file() => bail!("--audit-config {}: no such file", p.display()),
-        Some(p) => p.clone(),
-        None => PathBuf::from("audit.config"),
-    };
-    if args.audit_config.is_none() && audit_config.is_file() {
-        eprintln!("loadgen-node: the official LoadGen will apply ./audit.config from the working directory");
+    for dir in [&plan.output.dir, &plan.output.extras] {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let user_conf = user_conf(args)?;
-    let mut trace = args.trace()?;
-
-    let (harness, data) = if args.sut == "null" {
-        let total = args.total_sample_count.unwrap_or(1024);
-        if total == 0 {
-            bail!("--total-sample-count must be at least 1");
+    if let UserConf::Merged { path, text } = &plan.test.user_conf {
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let system = System::open(
+        &plan.sut,
+        &format!("official LoadGen {}", loadgen_version()),
+    )?;
+    let observers = Observers::start(plan, None, system.qdl())?;
+    let harness = match system {
+        System::Null { qsl, .. } => {
+            eprintln!(
+                "loadgen-node: official LoadGen {} with its in-process null SUT",
+                loadgen_version()
+            );
+            Harness { sut: None, qsl }
         }
-        let performance = args.performance_sample_count.unwrap_or(total);
-        eprintln!(
-            "loadgen-node: official LoadGen {} with its in-process null SUT",
-            loadgen_version()
-        );
-        let qsl: Arc<dyn QuerySampleLibrary> = Arc::new(SizedQsl::new(total, performance));
-        (Harness { sut: None, qsl }, None)
-    } else {
-        let qsl = Arc::new(run::network_qsl(args)?);
-        let config = run::qdl_config(args, &qsl)?;
-        eprintln!(
-            "loadgen-node: official LoadGen {}; data set {}; connecting to {} sut-node(s)",
-            loadgen_version(),
-            qsl.name(),
-            config.nodes.len()
-        );
-        let qdl = run::connect(args, config, qsl.clone())?;
-        if let Some(t) = &mut trace {
-            t.follow(None, Some(&qdl));
-        }
-        let official = OfficialLoadGen {
-            output_dir: args.output_dir.clone(),
-        };
-        if let Some(addr) = &args.metrics {
-            crate::metrics::serve(addr, None, Some(qdl.view()))?;
-        }
-        // A failure ends the process (`OfficialLoadGen::failed`): nothing to
-        // drain, so no set of outstanding ids.
-        let sut = ForeignSut::ending_the_process(qdl, Arc::new(official));
-        let data = qsl.source().clone();
-        (
+        System::Network { qsl, qdl } => {
+            let official = OfficialLoadGen {
+                output_dir: plan.output.dir.clone(),
+            };
+            // A failure ends the process (`OfficialLoadGen::failed`):
+            // nothing to drain, so no set of outstanding ids.
+            let sut = ForeignSut::ending_the_process(*qdl, Arc::new(official));
             Harness {
                 sut: Some(sut),
                 qsl,
-            },
-            Some(data),
-        )
+            }
+        }
     };
 
     let qsl = &harness.qsl;
@@ -353,39 +313,42 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         total_sample_count: qsl.total_sample_count(),
         performance_sample_count: qsl.performance_sample_count(),
     };
-    let model = c_string("--model", args.model.clone())?;
-    let user_conf_c = user_conf
-        .as_deref()
+    let model = c_string("--model", plan.test.model.clone())?;
+    let user_conf = plan
+        .test
+        .user_conf
+        .path()
         .map(|p| c_path("--user-conf", p))
         .transpose()?;
-    let audit_c = c_path("--audit-config", &audit_config)?;
-    let outdir = c_path("--output-dir", &args.output_dir)?;
+    // Without an audit file the LoadGen looks for ./audit.config, which was
+    // not there when the plan was made.
+    let audit = plan
+        .test
+        .audit
+        .as_ref()
+        .map_or(Path::new("audit.config"), |a| a.path.as_path());
+    let audit = c_path("--audit-config", audit)?;
+    let outdir = c_path("--output-dir", &plan.output.dir)?;
     let test = Test {
         model: model.as_ptr(),
-        scenario: scenario_number(args.scenario),
-        mode: args.mode.map_or(-1, |m| mode_number(m) as c_int),
-        user_conf: user_conf_c
-            .as_ref()
-            .map_or(std::ptr::null(), |c| c.as_ptr()),
-        audit_config: audit_c.as_ptr(),
+        scenario: scenario_number(plan.test.scenario),
+        mode: plan.test.mode.map_or(-1, |m| mode_number(m) as c_int),
+        user_conf: user_conf.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        audit_config: audit.as_ptr(),
         outdir: outdir.as_ptr(),
-        enable_trace: c_int::from(!args.no_trace),
+        enable_trace: c_int::from(plan.output.trace),
         null_sut: c_int::from(harness.sut.is_none()),
     };
     let mut err = vec![0 as c_char; 1024];
-    let interval = Duration::try_from_secs_f64(args.progress_interval)
-        .context("--progress-interval must be a number of seconds, 0 or more")?;
-    // The bound and percentile the official LoadGen will judge by, read
-    // from the same mlperf.conf, user.conf and --set lines; only for the
-    // progress line, so settings this reading refuses just leave it out
-    // (the official LoadGen reports its own verdict on them).
-    let target = run::resolve_settings(args)
-        .ok()
-        .and_then(|s| Target::of(&s));
-    let progress = harness
-        .sut
-        .as_ref()
-        .map(|s| Progress::network(s.qdl().view(), target, interval));
+    // The bound and percentile the official LoadGen judges by, read from
+    // the same files: only for the progress line.
+    let progress = harness.sut.as_ref().map(|s| {
+        Progress::network(
+            s.qdl().view(),
+            Target::of(&plan.test.settings),
+            plan.observe.progress_interval,
+        )
+    });
     // SAFETY: every pointer in `callbacks` and `test` lives until this call
     // returns; `err` is writable for its length.
     let rc = unsafe { lgn_start_test(&callbacks, &test, err.as_mut_ptr(), err.len()) };
@@ -398,34 +361,26 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         bail!("{msg}");
     }
 
-    let summary = args.output_dir.join("mlperf_log_summary.txt");
+    let summary = plan.output.dir.join("mlperf_log_summary.txt");
     if let Ok(text) = std::fs::read_to_string(&summary) {
         print!("{text}");
     }
     // A failed run never gets here: `OfficialLoadGen::failed` ended the
     // process.
     let Harness { sut, .. } = harness;
-    if let Some(sut) = sut {
+    let view = sut.as_ref().map(|s| s.qdl().view());
+    if let Some(sut) = &sut {
         println!("\nNetwork SUT (not part of the official logs):");
         for (k, v) in sut.qdl().report() {
             println!("  {k}: {v}");
         }
-        crate::breakdown::report(&sut.qdl().view(), &args.output_dir);
-        crate::report::after_run(args.report.as_deref(), &args.output_dir);
-        if let Some(t) = trace.take() {
-            t.finish(Some(&sut.qdl().view()));
-        }
+    }
+    let exit = observers.finish(plan, view.as_ref(), false)?;
+    if let Some(sut) = sut {
         sut.finish();
     }
-    if let Some(t) = trace {
-        t.finish(None);
-    }
-    let mut verified = true;
-    if let (true, Some(data)) = (args.verify_synthetic, &data) {
-        verified = run::verify_synthetic(&args.output_dir.join("mlperf_log_accuracy.json"), data)?;
-    }
     let _ = std::io::stdout().flush();
-    Ok(run::exit_code(false, verified))
+    Ok(exit)
 }
 
 /// The logs of a failed run (complete or not) are renamed so that no tool

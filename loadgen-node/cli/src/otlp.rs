@@ -51,31 +51,25 @@ pub(crate) struct RunTrace {
 }
 
 impl RunTrace {
-    /// The run's span, when `--otlp` is given (`endpoint`), with the
-    /// run's flags as its attributes.
+    /// The run's span, exported to `endpoint`, with the run's flags as its
+    /// attributes; `ratio` of the samples are traced.
     pub(crate) fn start(
-        endpoint: Option<&str>,
+        endpoint: &str,
         ratio: f64,
         model: &str,
         scenario: &str,
         sut: &str,
-    ) -> Result<Option<RunTrace>> {
-        let Some(endpoint) = endpoint else {
-            return Ok(None);
-        };
-        if !(0.0..=1.0).contains(&ratio) {
-            anyhow::bail!("--otlp-sample-ratio {ratio}: must be from 0 to 1");
-        }
+    ) -> Result<RunTrace> {
         let otlp = exporter(endpoint)?;
         let run =
             tracing::info_span!(target: otlp::TARGET, "loadgen-node.run", model, scenario, sut);
-        Ok(Some(RunTrace {
+        Ok(RunTrace {
             otlp,
             ratio,
             run,
             series: Arc::new(Mutex::new(None)),
             sessions: Vec::new(),
-        }))
+        })
     }
 
     /// A span per series (from `live`'s series starts), the parent of the

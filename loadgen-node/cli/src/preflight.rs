@@ -7,7 +7,6 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -18,11 +17,9 @@ use qdl::{NodeAddr, Transport};
 use serde_json::{json, Map, Value};
 
 use crate::benchmarks;
+use crate::exit::Exit;
 use crate::qsl::synthetic_sample;
 use crate::tls::TlsArgs;
-
-/// Exit status when the measured bandwidth is below the rules' minimum.
-pub const BANDWIDTH_FAILED: u8 = 5;
 
 /// Marks what only the submitter can fill in.
 pub const PLACEHOLDER: &str = "[FILL IN]";
@@ -168,7 +165,7 @@ fn gbits(bytes_per_s: f64) -> String {
 }
 
 /// Measures every node, prints the table and writes the files.
-pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
+pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     let bench = benchmarks::find(&args.model);
     let sample_bytes = match (args.sample_bytes, bench) {
         (Some(b), _) => b,
@@ -255,8 +252,8 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
         println!("system description network fields: {}", path.display());
     }
     Ok(match bandwidth {
-        Some(b) if !b.passed => ExitCode::from(BANDWIDTH_FAILED),
-        _ => ExitCode::SUCCESS,
+        Some(b) if !b.passed => Exit::BelowBandwidth,
+        _ => Exit::Done,
     })
 }
 

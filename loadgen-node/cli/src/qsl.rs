@@ -48,6 +48,48 @@ impl DataSource {
         })
     }
 
+    /// A run's data set: the `dataset` directory, or `model`'s synthetic
+    /// data set (`sample_bytes` and `total` override the benchmark's).
+    /// Errors name the flag.
+    pub fn for_run(
+        model: &str,
+        dataset: Option<&Path>,
+        sample_bytes: Option<usize>,
+        total: Option<usize>,
+    ) -> anyhow::Result<Self> {
+        let bench = crate::benchmarks::find(model);
+        let source = match dataset {
+            Some(dir) => Self::npy_dir(dir).map_err(|e| anyhow::anyhow!("--dataset: {e}"))?,
+            None => {
+                let sample_bytes = match (sample_bytes, bench) {
+                    (Some(b), _) => b,
+                    (None, Some(b)) => b.input_bytes,
+                    (None, None) => anyhow::bail!(
+                        "--model {model}: not a benchmark this node knows ({}); give --dataset \
+                         DIR or --sample-bytes N",
+                        crate::benchmarks::names().join(", ")
+                    ),
+                };
+                DataSource::Synthetic {
+                    sample_bytes,
+                    total: total.or(bench.map(|b| b.total_samples)).unwrap_or(1024),
+                }
+            }
+        };
+        if source.total() == 0 {
+            anyhow::bail!("the data set has no samples");
+        }
+        if let (Some(n), DataSource::NpyDir { files, .. }) = (total, &source) {
+            if n != files.len() {
+                anyhow::bail!(
+                    "--total-sample-count {n} but --dataset has {} .npy files",
+                    files.len()
+                );
+            }
+        }
+        Ok(source)
+    }
+
     pub fn total(&self) -> usize {
         match self {
             DataSource::NpyDir { files, .. } => files.len(),

@@ -23,15 +23,20 @@ pub struct ReportArgs {
     /// Where to write the report [default: DIR/mlperf_net_report.html].
     #[arg(long, value_name = "FILE.html")]
     pub out: Option<PathBuf>,
+
+    /// The run's --extras-dir, where its latency breakdown is [default:
+    /// DIR].
+    #[arg(long, value_name = "EXTRAS")]
+    pub extras_dir: Option<PathBuf>,
 }
 
 /// After a run with `--report FILE.html`: writes it, or says why not (the
 /// run's result stands either way).
-pub fn after_run(report: Option<&Path>, output_dir: &Path) {
+pub fn after_run(report: Option<&Path>, output_dir: &Path, extras: &Path) {
     let Some(out) = report else {
         return;
     };
-    match write(output_dir, out) {
+    match write(output_dir, extras, out) {
         Ok(()) => println!("report: {}", out.display()),
         Err(e) => eprintln!("loadgen-node: warning: --report: {e:#}"),
     }
@@ -42,14 +47,19 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| args.dir.join("mlperf_net_report.html"));
-    write(&args.dir, &out)?;
+    write(
+        &args.dir,
+        args.extras_dir.as_ref().unwrap_or(&args.dir),
+        &out,
+    )?;
     println!("report: {}", out.display());
     Ok(())
 }
 
-/// Writes the report of the run in `dir` to `out`.
-pub fn write(dir: &Path, out: &Path) -> Result<()> {
-    let data = gather(dir)?;
+/// Writes the report of the run whose logs are in `dir` (and its
+/// breakdown in `extras`) to `out`.
+pub fn write(dir: &Path, extras: &Path, out: &Path) -> Result<()> {
+    let data = gather(dir, extras)?;
     // `</` may not appear inside the script element that holds the data.
     let json = serde_json::to_string(&data)?.replace("</", "<\\/");
     let page = TEMPLATE.replace("/*DATA*/null", &json);
@@ -62,7 +72,7 @@ const TEMPLATE: &str = include_str!("report.html");
 const CDF_POINTS: usize = 200;
 const TIME_BINS: usize = 120;
 
-fn gather(dir: &Path) -> Result<Value> {
+fn gather(dir: &Path, extras: &Path) -> Result<Value> {
     let detail_path = dir.join("mlperf_log_detail.txt");
     let detail = read_detail(&detail_path)?;
     let get = |k: &str| detail.get(k).cloned().unwrap_or(Value::Null);
@@ -91,7 +101,7 @@ fn gather(dir: &Path) -> Result<Value> {
         .filter(|(k, _)| k.starts_with("result_") && !k.ends_with("_percentile_latency_ns"))
         .map(|(k, v)| (k["result_".len()..].to_string(), v.clone()))
         .collect();
-    let breakdown_path = dir.join(breakdown::FILE);
+    let breakdown_path = extras.join(breakdown::FILE);
     let breakdown = match std::fs::read_to_string(&breakdown_path) {
         Ok(text) => serde_json::from_str::<Value>(&text)
             .with_context(|| format!("{}: not valid JSON", breakdown_path.display()))?,
@@ -233,7 +243,8 @@ mod tests {
     fn reads_an_official_loadgen_directory_without_trace_or_breakdown() {
         // The official LoadGen's own Server run (its trace is compressed
         // there, so the report falls back on the detail log).
-        let d = gather(&official_run("server_perf_qps1000")).unwrap();
+        let run = official_run("server_perf_qps1000");
+        let d = gather(&run, &run).unwrap();
         assert_eq!(d["scenario"], "Server");
         assert!(d["validity"].is_string(), "{}", d["validity"]);
         let p = d["percentiles"].as_array().unwrap();
@@ -243,7 +254,7 @@ mod tests {
         assert!(d["trace"].is_null() && d["breakdown"].is_null());
 
         let out = std::env::temp_dir().join(format!("report-{}.html", std::process::id()));
-        write(&official_run("server_perf_qps1000"), &out).unwrap();
+        write(&run, &run, &out).unwrap();
         let page = std::fs::read_to_string(&out).unwrap();
         let _ = std::fs::remove_file(&out);
         let data = page

@@ -33,7 +33,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -41,10 +41,11 @@ use loadgen_engine::{Scenario, TestMode};
 use serde_json::{json, Map};
 use sha2::{Digest, Sha256};
 
+use crate::args::RunArgs;
 use crate::audit::{self, accuracy_dir, performance_dir, run_done};
 use crate::compliance::{self, AuditTest, Dtype};
+use crate::exit::Exit;
 use crate::preflight::{self, PreflightArgs, PLACEHOLDER};
-use crate::run::RunArgs;
 
 /// The flags of `loadgen-node submission`.
 #[derive(clap::Args, Debug, Clone)]
@@ -254,10 +255,11 @@ impl Plan {
         self.beside_plan("accuracy_logs_full", b, s)
     }
 
-    /// Where the files of the audit runs that the checker does not allow
-    /// in the tree (the latency breakdown) are kept: beside the plan.
+    /// Where the runs keep the files the checker does not allow in the
+    /// tree (latency breakdowns, the official engine's merged user.conf,
+    /// the audits' audit.config), a folder per run: beside the plan.
     pub fn extras_dir(&self, b: &PlanBenchmark, s: Scenario) -> PathBuf {
-        self.beside_plan("run_extras", b, s)
+        audit::extras_for(&self.base, &self.scenario_dir(b, s))
     }
 
     /// `<plan's directory>/<folder>/<system>/<benchmark>/<scenario>`.
@@ -582,6 +584,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
     let dir = plan.scenario_dir(b, s);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let backup = plan.full_logs_dir(b, s);
+    let extras = plan.extras_dir(b, s);
     let mut args = run_args(plan, b, s)?;
     args.no_trace = true;
     let what = format!("{} {}", b.benchmark, s.as_str());
@@ -589,6 +592,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
         audit::run_into(
             &args,
             &accuracy_dir(&dir),
+            &extras.join("accuracy"),
             Some(TestMode::AccuracyOnly),
             None,
             &format!("{what} accuracy"),
@@ -599,6 +603,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
         audit::run_into(
             &args,
             &performance_dir(&dir),
+            &extras.join("performance"),
             Some(TestMode::PerformanceOnly),
             None,
             &format!("{what} performance"),
@@ -630,7 +635,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
             let passed = match recorded_verdict(test, &test_dir) {
                 Some(true) => true,
                 _ => {
-                    audit::run_audit(test, &args, &dir)?;
+                    audit::run_audit(test, &args, &dir, &extras)?;
                     audit::verify(test, &dir, &reference, &args, b.audit_dtype, b.eos_token_id)?
                 }
             };
@@ -647,35 +652,23 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
         }
     }
     finalize_accuracy(&accuracy_dir(&dir), &backup)?;
-    tidy(&dir, &plan.extras_dir(b, s))?;
+    remove_empty_traces(&dir);
     Ok(Row { what, cells, valid })
 }
 
-/// Removes the empty trace files of runs made without a trace (the checker
-/// refuses empty files), and moves the latency breakdown of the audit runs
-/// to `extras` (the checker allows only the MLPerf logs there).
-fn tidy(dir: &Path, extras: &Path) -> Result<()> {
-    let mut dirs = vec![accuracy_dir(dir), performance_dir(dir)];
-    for t in AuditTest::ALL {
-        let run = performance_dir(&dir.join(t.name()));
-        let breakdown = run.join(crate::breakdown::FILE);
-        if breakdown.is_file() {
-            let to = extras.join(t.name());
-            std::fs::create_dir_all(&to)
-                .and_then(|()| std::fs::rename(&breakdown, to.join(crate::breakdown::FILE)))
-                .with_context(|| {
-                    format!("cannot move {} to {}", breakdown.display(), to.display())
-                })?;
-        }
-        dirs.push(run);
-    }
-    for d in dirs {
+/// Removes the empty trace files of runs made without a trace: the checker
+/// refuses empty files.
+fn remove_empty_traces(dir: &Path) {
+    let audits = AuditTest::ALL.map(|t| performance_dir(&dir.join(t.name())));
+    for d in [accuracy_dir(dir), performance_dir(dir)]
+        .iter()
+        .chain(&audits)
+    {
         let trace = d.join("mlperf_log_trace.json");
         if std::fs::metadata(&trace).is_ok_and(|m| m.len() == 0) {
             let _ = std::fs::remove_file(trace);
         }
     }
-    Ok(())
 }
 
 /// A system description with every field the checker requires: the known
@@ -722,6 +715,27 @@ fn ensure_system_json(plan: &Plan) -> Result<()> {
         "system_type_detail",
     ] {
         m.insert(k.into(), json!(PLACEHOLDER));
+    }
+    if plan.division == "network" {
+        // The checker reads the Network-division fields only when this is
+        // "True" (lower-cased); preflight measures most of them.
+        m.insert("is_network".into(), json!("True"));
+        for k in [
+            "network_type",
+            "network_media",
+            "network_rate",
+            "nic_loadgen",
+            "number_nic_loadgen",
+            "net_software_stack_loadgen",
+            "network_protocol",
+            "number_connections",
+            "nic_sut",
+            "number_nic_sut",
+            "net_software_stack_sut",
+            "network_topology",
+        ] {
+            m.insert(k.into(), json!(PLACEHOLDER));
+        }
     }
     m.insert("division".into(), json!(plan.division));
     m.insert("submitter".into(), json!(plan.submitter));
@@ -791,7 +805,7 @@ fn run_checker(plan: &Plan, inference: &Path) -> Result<bool> {
 
 /// Runs the plan; exit status 0 when every result is VALID (and the
 /// checker, when run, accepts the tree), 6 otherwise.
-pub fn submission(args: &SubmissionArgs) -> Result<ExitCode> {
+pub fn submission(args: &SubmissionArgs) -> Result<Exit> {
     let plan = Plan::read(&args.plan)?;
     // Every scenario's flags are checked before the first run.
     for b in &plan.benchmarks {
@@ -857,10 +871,9 @@ pub fn submission(args: &SubmissionArgs) -> Result<ExitCode> {
     if let Some(inference) = args.inference.as_ref().or(plan.inference.as_ref()) {
         ok &= run_checker(&plan, inference)?;
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(6)
+    Ok(match ok {
+        true => Exit::Done,
+        false => Exit::SubmissionIncomplete,
     })
 }
 
@@ -910,7 +923,8 @@ target_qps = 2000
         );
         let args = run_args(&p, b, Scenario::Offline).unwrap();
         assert_eq!(args.sample_bytes, Some(64));
-        assert_eq!(args.set, ["min_duration=1000", "target_qps=2000"]);
+        let set: Vec<String> = args.set.iter().map(|s| s.to_string()).collect();
+        assert_eq!(set, ["min_duration=1000", "target_qps=2000"]);
     }
 
     #[test]

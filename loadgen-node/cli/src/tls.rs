@@ -11,7 +11,7 @@ use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
 
 /// TLS: always on for `quic://` nodes; for gRPC, on with any of these flags
 /// (or a `grpcs://` address).
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, serde::Serialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsArgs {
     /// Accept only sut-node certificates with one of these SHA-256
     /// fingerprints (64 hex digits, colons allowed; each sut-node prints its

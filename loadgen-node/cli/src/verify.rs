@@ -3,10 +3,11 @@
 //! that id. A match proves the sample's data crossed the network and its
 //! answer came back to the right response id.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::exit::Exit;
 use crate::qsl::DataSource;
 
 #[derive(Debug, thiserror::Error)]
@@ -129,4 +130,61 @@ mod tests {
             .to_string()
             .contains("entry 0 lacks"));
     }
+}
+
+/// The first mismatches of a failed check, on stderr.
+pub fn print_mismatches(verdict: &Verdict) {
+    for (seq, idx, why) in verdict.mismatches.iter().take(10) {
+        eprintln!("  seq_id {seq}, qsl_idx {idx}: {why}");
+    }
+}
+
+/// `loadgen-node check-synthetic`: the accuracy script of synthetic
+/// sut-nodes.
+#[derive(clap::Args, Debug)]
+pub struct CheckSyntheticArgs {
+    /// The accuracy run's mlperf_log_accuracy.json.
+    #[arg(long, value_name = "FILE")]
+    pub accuracy_log: PathBuf,
+    /// The benchmark the run used (its synthetic data set).
+    #[arg(long, default_value = "resnet50")]
+    pub model: String,
+    /// The run's --sample-bytes, if it gave one.
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
+    pub sample_bytes: Option<usize>,
+    /// The run's --total-sample-count, if it gave one.
+    #[arg(long)]
+    pub total_sample_count: Option<usize>,
+    /// The run's --dataset, if it gave one.
+    #[arg(long, value_name = "DIR")]
+    pub dataset: Option<PathBuf>,
+}
+
+/// Checks every answer of an accuracy log against the synthetic function of
+/// its sample and prints the share that match in the accuracy scripts' form
+/// (`accuracy=P%, good=G, total=T`), so that a submission plan on synthetic
+/// nodes can name it as its accuracy_command.
+pub fn check_synthetic(args: &CheckSyntheticArgs) -> anyhow::Result<Exit> {
+    let data = DataSource::for_run(
+        &args.model,
+        args.dataset.as_deref(),
+        args.sample_bytes,
+        args.total_sample_count,
+    )?;
+    let verdict = check(&args.accuracy_log, &data)?;
+    let good = verdict.checked - verdict.mismatches.len();
+    let share = match verdict.checked {
+        0 => 0.0,
+        n => 100.0 * good as f64 / n as f64,
+    };
+    println!(
+        "accuracy={share:.3}%, good={good}, total={}",
+        verdict.checked
+    );
+    if verdict.passed() {
+        return Ok(Exit::Done);
+    }
+    print_mismatches(&verdict);
+    Ok(Exit::SyntheticMismatch)
 }

@@ -63,6 +63,7 @@ impl Default for LogSettings {
 }
 
 /// An audit configuration to apply at test start (`loadgen.cc`, `StartTest`: applied with model `*`).
+#[derive(Clone, Debug)]
 pub struct AuditConfig {
     /// Shown in the "Found Audit Config file" warning.
     pub name: String,

@@ -1,0 +1,74 @@
+//! The native engine runs a plan in this process: trace-exact with the
+//! official LoadGen 6.0.17, for development, bring-up and regression runs.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use loadgen_engine::live::LiveStats;
+use loadgen_engine::null_sut::{NullAnswer, NullSut};
+use loadgen_engine::runner::{start_test_with_live, LogSettings, TestOutcome};
+use loadgen_engine::{QuerySampleLibrary, SystemUnderTest};
+
+use crate::exit::Exit;
+use crate::observe::Observers;
+use crate::plan::RunPlan;
+use crate::progress::Progress;
+use crate::system::System;
+
+/// Runs the test of `plan` and prints its result.
+pub(crate) fn run(plan: &RunPlan) -> Result<Exit> {
+    let system = System::open(&plan.sut, "native engine")?;
+    let null_sut;
+    let (sut, qsl): (&dyn SystemUnderTest, &dyn QuerySampleLibrary) = match &system {
+        System::Null { qsl, tokens } => {
+            let answer = match tokens {
+                true => NullAnswer::Tokens,
+                false => NullAnswer::Index,
+            };
+            null_sut = NullSut::new("Null SUT", answer);
+            (&null_sut, qsl.as_ref())
+        }
+        System::Network { qsl, qdl } => (qdl.as_ref(), qsl.as_ref()),
+    };
+    let live = Arc::new(LiveStats::default());
+    let observers = Observers::start(plan, Some(&live), system.qdl())?;
+    let log_settings = LogSettings {
+        outdir: plan.output.dir.clone(),
+        enable_trace: plan.output.trace,
+        ..LogSettings::default()
+    };
+    let outcome = {
+        let _progress = Progress::start(live.clone(), plan.observe.progress_interval);
+        start_test_with_live(
+            sut,
+            qsl,
+            &plan.test.settings,
+            &log_settings,
+            plan.test.audit.as_ref().map(|a| &a.config),
+            live,
+        )?
+    };
+    print_outcome(&outcome);
+    let view = system.qdl().map(|q| q.view());
+    observers.finish(plan, view.as_ref(), outcome.run_error.is_some())
+}
+
+fn print_outcome(outcome: &TestOutcome) {
+    if let Some(p) = &outcome.performance {
+        print!("{}", p.summary);
+    }
+    if let Some(e) = &outcome.run_error {
+        eprintln!("loadgen-node: the run failed: {e}");
+    }
+    println!(
+        "\n{} warning(s), {} error(s); {} accuracy-log entries. Logs: {}",
+        outcome.warnings,
+        outcome.errors,
+        outcome.accuracy_entries,
+        outcome
+            .detail_path
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+}

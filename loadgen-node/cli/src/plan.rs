@@ -1,0 +1,430 @@
+//! A run, prepared once from its flags: everything either engine needs,
+//! resolved and checked before anything starts. The native engine runs a
+//! plan in this process; the official one from the plan alone, in a process
+//! of its own when a command makes several runs (`engines::run_step`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use compression::policy::{self, Division};
+use compression::CodecSpec;
+use loadgen_engine::config::{self, ConfKind, ConfigError, ConfigFile, SettingsSources};
+use loadgen_engine::runner::AuditConfig;
+use loadgen_engine::{Scenario, TestMode, TestSettings};
+use qdl::{Codec, QdlConfig};
+
+use crate::args::{Engine, RunArgs, SetArg, SutArg};
+use crate::benchmarks;
+use crate::qsl::DataSource;
+
+/// Name of the merged user.conf an official run with `--set` reads, in the
+/// run's extras directory.
+pub const MERGED_USER_CONF: &str = "user.conf.loadgen-node";
+
+/// One test run, ready to start.
+#[derive(Debug)]
+pub struct RunPlan {
+    pub engine: Engine,
+    pub test: TestPlan,
+    pub sut: SutPlan,
+    pub output: OutputPlan,
+    pub observe: ObservePlan,
+}
+
+/// What is tested, and with which settings.
+#[derive(Debug)]
+pub struct TestPlan {
+    pub model: String,
+    pub scenario: Scenario,
+    /// `--mode`, which wins over the config files' `mode` key.
+    pub mode: Option<TestMode>,
+    /// The settings from mlperf.conf, user.conf, `--set` and `--mode`, as
+    /// the native engine runs them and as the official LoadGen derives
+    /// them from the same files.
+    pub settings: TestSettings,
+    /// What the official LoadGen's one `FromConfig` reads.
+    pub user_conf: UserConf,
+    /// The audit.config applied at test start, if any.
+    pub audit: Option<AuditFile>,
+}
+
+/// The user.conf of an official run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserConf {
+    /// mlperf.conf alone.
+    None,
+    /// `--user-conf` as it is.
+    Given(PathBuf),
+    /// `--user-conf` (if any) with the `--set` lines appended, to be written
+    /// to `path` before the run: later lines win, and FromConfig runs once.
+    Merged { path: PathBuf, text: String },
+}
+
+impl UserConf {
+    /// The file the official LoadGen is given.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            UserConf::None => None,
+            UserConf::Given(p) | UserConf::Merged { path: p, .. } => Some(p),
+        }
+    }
+}
+
+/// An audit.config: its path (for the official LoadGen) and its parsed
+/// settings (for the native engine).
+#[derive(Debug)]
+pub struct AuditFile {
+    pub path: PathBuf,
+    pub config: AuditConfig,
+}
+
+/// The system under test.
+#[derive(Debug)]
+pub enum SutPlan {
+    /// The engine's own null SUT and a QSL of that many samples.
+    Null {
+        total: usize,
+        performance: usize,
+        /// Answer like an LLM (native engine only).
+        tokens: bool,
+    },
+    /// The QDL over the sut-nodes, with the data set's QSL.
+    Network(Box<NetworkPlan>),
+}
+
+/// A run over the network.
+#[derive(Debug)]
+pub struct NetworkPlan {
+    pub data: DataSource,
+    /// Samples the QSL holds at once.
+    pub performance_samples: usize,
+    pub input_codec: CodecSpec,
+    pub qdl: QdlConfig,
+    /// How long to wait for nodes whose backend still loads.
+    pub ready_timeout: Duration,
+    /// Check an accuracy log against the synthetic backend's answers.
+    pub verify_synthetic: bool,
+}
+
+/// Where the run's files go.
+#[derive(Debug)]
+pub struct OutputPlan {
+    /// The MLPerf logs.
+    pub dir: PathBuf,
+    /// loadgen-node's own files: the latency breakdown, the merged
+    /// user.conf.
+    pub extras: PathBuf,
+    /// Write the trace log.
+    pub trace: bool,
+}
+
+/// What watches the run and what is written after it.
+#[derive(Debug)]
+pub struct ObservePlan {
+    /// 0: no progress output.
+    pub progress_interval: Duration,
+    pub metrics: Option<String>,
+    /// The OTLP collector and the share of samples traced.
+    pub otlp: Option<(String, f64)>,
+    pub report: Option<PathBuf>,
+    /// The `--sut` flag as given, for the run's span.
+    pub sut_label: String,
+}
+
+impl RunPlan {
+    /// Resolves and checks every flag; errors name the flag or the file and
+    /// line.
+    pub fn from_args(args: &RunArgs) -> Result<RunPlan> {
+        let division = match args.open_division {
+            true => Division::Open,
+            false => Division::Closed,
+        };
+        policy::check_input(&args.model, args.input_codec.kind, division)
+            .context("--input-codec")?;
+        if args.engine == Engine::Official {
+            refuse_for_official(args)?;
+        }
+        let extras = args.extras_dir();
+        let test = TestPlan {
+            model: args.model.clone(),
+            scenario: args.scenario,
+            mode: args.mode,
+            settings: resolve_settings(args)?,
+            user_conf: user_conf(args, &extras)?,
+            audit: audit_file(args.audit_config.as_deref())?,
+        };
+        let sut = match &args.sut {
+            SutArg::Null => {
+                let total = args.total_sample_count.unwrap_or(1024);
+                SutPlan::Null {
+                    total,
+                    performance: args.performance_sample_count.unwrap_or(total),
+                    tokens: args.null_tokens,
+                }
+            }
+            SutArg::Nodes(nodes) => SutPlan::Network(Box::new(network_plan(args, nodes.clone())?)),
+        };
+        Ok(RunPlan {
+            engine: args.engine,
+            test,
+            sut,
+            output: OutputPlan {
+                dir: args.output_dir.clone(),
+                extras,
+                trace: !args.no_trace,
+            },
+            observe: ObservePlan {
+                progress_interval: args.progress_interval,
+                metrics: args.metrics.clone(),
+                otlp: args
+                    .otlp
+                    .clone()
+                    .map(|endpoint| (endpoint, args.otlp_sample_ratio)),
+                report: args.report.clone(),
+                sut_label: args.sut.to_string(),
+            },
+        })
+    }
+}
+
+/// What the official engine cannot honour, with the reason.
+fn refuse_for_official(args: &RunArgs) -> Result<()> {
+    if args.conf.is_some() {
+        bail!(
+            "--conf: the official LoadGen 6.0.17 reads mlperf.conf only from the copy compiled \
+             into it (mlperf_conf.h of its tree); to use another round's mlperf.conf, build \
+             against that round's LoadGen release"
+        );
+    }
+    if args.null_tokens {
+        bail!("--null-tokens: the official engine's null SUT answers without tokens");
+    }
+    Ok(())
+}
+
+/// A config file's syntax errors, one per line.
+fn joined(errors: Vec<ConfigError>) -> anyhow::Error {
+    anyhow!(errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// The `--set` flags as user.conf lines (`model.scenario.key = value`).
+pub fn set_lines(model: &str, scenario: Scenario, set: &[SetArg]) -> String {
+    set.iter()
+        .map(|s| format!("{model}.{scenario}.{} = {}\n", s.key, s.value))
+        .collect()
+}
+
+/// Defaults < mlperf.conf (or --conf) < --user-conf < --set < --mode.
+fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
+    let sources = SettingsSources {
+        model: args.model.clone(),
+        scenario: args.scenario,
+        mlperf_conf: args.conf.clone(),
+        user_conf: args.user_conf.clone(),
+        mode: None,
+    };
+    let mut settings = sources.resolve()?;
+    if !args.set.is_empty() {
+        let text = set_lines(&args.model, args.scenario, &args.set);
+        let file = ConfigFile::parse("--set", &text).map_err(joined)?;
+        file.check_values(&args.model, args.scenario)?;
+        file.apply(
+            &mut settings,
+            &args.model,
+            args.scenario,
+            ConfKind::UserConf,
+        )?;
+        config::check_scale(&settings)?;
+    }
+    if let Some(mode) = args.mode {
+        settings.mode = mode;
+    }
+    Ok(settings)
+}
+
+/// The user.conf of an official run: with `--set`, a copy of --user-conf
+/// with the lines appended, to be written to the extras directory (never
+/// beside the logs, where the submission checker allows only its own
+/// files).
+fn user_conf(args: &RunArgs, extras: &Path) -> Result<UserConf> {
+    if args.set.is_empty() {
+        return Ok(match &args.user_conf {
+            Some(p) => UserConf::Given(p.clone()),
+            None => UserConf::None,
+        });
+    }
+    let mut text = match &args.user_conf {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read --user-conf {}", p.display()))?,
+        None => String::new(),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# --set\n");
+    text.push_str(&set_lines(&args.model, args.scenario, &args.set));
+    Ok(UserConf::Merged {
+        path: extras.join(MERGED_USER_CONF),
+        text,
+    })
+}
+
+/// `--audit-config`, or `./audit.config` when it exists, as the official
+/// LoadGen does.
+fn audit_file(explicit: Option<&Path>) -> Result<Option<AuditFile>> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None if Path::new("audit.config").is_file() => {
+            eprintln!(
+                "loadgen-node: using ./audit.config from the working directory (as the official \
+                 LoadGen does)"
+            );
+            PathBuf::from("audit.config")
+        }
+        None => return Ok(None),
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--audit-config: cannot read {}", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file = ConfigFile::parse(&path.display().to_string(), &text).map_err(joined)?;
+    Ok(Some(AuditFile {
+        path,
+        config: AuditConfig { name, file },
+    }))
+}
+
+fn network_plan(args: &RunArgs, nodes: Vec<qdl::NodeAddr>) -> Result<NetworkPlan> {
+    let data = DataSource::for_run(
+        &args.model,
+        args.dataset.as_deref(),
+        args.sample_bytes,
+        args.total_sample_count,
+    )?;
+    let performance_samples = args
+        .performance_sample_count
+        .or(benchmarks::find(&args.model).map(|b| b.performance_samples))
+        .unwrap_or(data.total());
+    let tls = args.tls.client_tls()?;
+    if args.tls.tls_insecure {
+        eprintln!(
+            "loadgen-node: warning: --tls-insecure: sut-node certificates are NOT verified; \
+             use it for development only (production: --tls-pin or --tls-ca)"
+        );
+    }
+    let qdl = QdlConfig {
+        nodes,
+        policy: args.dispatch.clone(),
+        connections_per_node: args.connections_per_node,
+        model: args.model.clone(),
+        scenario: args.scenario.as_str().to_string(),
+        stall_timeout: args.node_timeout,
+        progress_timeout: Some(args.progress_timeout).filter(|t| !t.is_zero()),
+        tls,
+        input_codec: Codec::from(args.input_codec.kind),
+        max_answer_bytes: args.max_answer_bytes,
+        io_threads: args.qdl_threads.unwrap_or_else(qdl::default_io_threads),
+        max_in_flight: args.max_in_flight,
+        ..QdlConfig::default()
+    };
+    Ok(NetworkPlan {
+        data,
+        performance_samples,
+        input_codec: args.input_codec,
+        qdl,
+        ready_timeout: args.ready_timeout,
+        verify_synthetic: args.verify_synthetic,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn plan(argv: &[&str]) -> Result<RunPlan> {
+        let flags = Flags::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))?;
+        RunPlan::from_args(&flags.run)
+    }
+
+    #[test]
+    fn settings_follow_their_sources() {
+        let p = plan(&[
+            "--scenario",
+            "Server",
+            "--set",
+            "target_qps=123",
+            "--mode",
+            "AccuracyOnly",
+        ])
+        .unwrap();
+        let s = &p.test.settings;
+        assert_eq!(s.server_target_qps, 123.0);
+        assert_eq!(s.mode, loadgen_engine::TestMode::AccuracyOnly);
+        // mlperf.conf's seed, never the C++ default 0.
+        assert_eq!(s.qsl_rng_seed, 2085463073848966840);
+        assert!(matches!(p.sut, SutPlan::Null { total: 1024, .. }));
+    }
+
+    #[test]
+    fn official_user_conf_goes_to_the_extras_directory() {
+        let p = plan(&[
+            "--engine",
+            "official",
+            "--set",
+            "min_duration=1000",
+            "--output-dir",
+            "run",
+            "--extras-dir",
+            "extras",
+        ])
+        .unwrap();
+        let UserConf::Merged { path, text } = &p.test.user_conf else {
+            panic!("{:?}", p.test.user_conf);
+        };
+        assert_eq!(path, Path::new("extras").join(MERGED_USER_CONF).as_path());
+        assert_eq!(text, "# --set\nresnet50.Offline.min_duration = 1000\n");
+        let without = plan(&["--engine", "official"]).unwrap();
+        assert_eq!(without.test.user_conf, UserConf::None);
+        // Without --extras-dir, loadgen-node's files go beside the logs.
+        let single = plan(&["--set", "min_duration=1", "--output-dir", "o"]).unwrap();
+        assert_eq!(single.output.extras, Path::new("o"));
+    }
+
+    #[test]
+    fn what_the_official_engine_cannot_do_is_refused() {
+        let e = plan(&["--engine", "official", "--conf", "m.conf"]).unwrap_err();
+        assert!(e.to_string().contains("--conf"), "{e}");
+        let e = plan(&["--engine", "official", "--null-tokens"]).unwrap_err();
+        assert!(e.to_string().contains("--null-tokens"), "{e}");
+    }
+
+    #[test]
+    fn bad_settings_and_files_are_named() {
+        let e = format!("{:#}", plan(&["--set", "min_duration=x"]).unwrap_err());
+        assert!(e.contains("--set") && e.contains("min_duration"), "{e}");
+        let e = format!(
+            "{:#}",
+            plan(&["--audit-config", "/nonexistent/audit.config"]).unwrap_err()
+        );
+        assert!(e.contains("/nonexistent/audit.config"), "{e}");
+        let e = format!(
+            "{:#}",
+            plan(&["--model", "llama2-70b", "--input-codec", "lz4"]).unwrap_err()
+        );
+        assert!(e.contains("--input-codec"), "{e}");
+    }
+}
