@@ -32,8 +32,9 @@ const SHORT: &[&str] = &[
 fn audit(test: &str, node: &SutNode, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["audit", test, "--sut", &node.addr];
     args.extend(extra);
+    let extras = format!("{}-extras", out.display());
     let out = out.display().to_string();
-    args.extend(["--output-dir", &out]);
+    args.extend(["--output-dir", &out, "--extras-dir", &extras]);
     loadgen(&args)
 }
 

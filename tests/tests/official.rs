@@ -596,8 +596,11 @@ status = "available"
 fn audits_with_the_official_engine_run_each_run_in_its_own_process() {
     let nodes = nodes();
     let sut = sut_list(&nodes);
-    let dir = scratch("official-audit").join("results/sys/resnet/SingleStream");
+    let scratch = scratch("official-audit");
+    let dir = scratch.join("results/sys/resnet/SingleStream");
     let dir_s = dir.display().to_string();
+    let extras = scratch.join("extras");
+    let extras_s = extras.display().to_string();
     for test in ["TEST01", "TEST04"] {
         let o = loadgen(&[
             "audit",
@@ -622,6 +625,8 @@ fn audits_with_the_official_engine_run_each_run_in_its_own_process() {
             "target_latency=5",
             "--output-dir",
             &dir_s,
+            "--extras-dir",
+            &extras_s,
         ]);
         let (out, err) = (text(&o.stdout), text(&o.stderr));
         assert!(
@@ -636,7 +641,13 @@ fn audits_with_the_official_engine_run_each_run_in_its_own_process() {
     for run in TREE_RUNS {
         assert_configured_once(&dir.join(run), 1000);
     }
-    let refused = tests::files_the_checker_refuses(&dir.join("../../.."));
+    for run in ["performance", "accuracy", "TEST01", "TEST04"] {
+        assert!(
+            extras.join(run).join("user.conf.loadgen-node").is_file(),
+            "{run}"
+        );
+    }
+    let refused = tests::files_the_checker_refuses(&scratch.join("results"));
     assert!(refused.is_empty(), "{refused:#?}");
 }
 

@@ -80,7 +80,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Refused flags are an error like any other (status 1): status 2
+        // says that a run failed.
+        Err(e) => {
+            let _ = e.print();
+            return match e.use_stderr() {
+                true => Exit::Error.into(),
+                false => Exit::Done.into(),
+            };
+        }
+    };
     if cli.version {
         print!("{}", loadgen_cli::engines::versions());
         return ExitCode::SUCCESS;

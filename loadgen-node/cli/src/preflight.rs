@@ -16,6 +16,7 @@ use qdl::probe::NodeProbe;
 use qdl::{NodeAddr, Transport};
 use serde_json::{json, Map, Value};
 
+use crate::args::{positive_seconds, SutArg};
 use crate::benchmarks;
 use crate::exit::Exit;
 use crate::qsl::synthetic_sample;
@@ -29,7 +30,7 @@ pub const PLACEHOLDER: &str = "[FILL IN]";
 pub struct PreflightArgs {
     /// The sut-nodes, as for a run (`host:port`, `grpcs://`, `quic://`).
     #[arg(long)]
-    pub sut: String,
+    pub sut: SutArg,
 
     /// The benchmark: its sample size is what the throughput probes send.
     #[arg(long, default_value = "resnet50")]
@@ -62,16 +63,16 @@ pub struct PreflightArgs {
     pub round_trips: usize,
 
     /// Seconds of each throughput measurement (one per direction and node).
-    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
-    pub seconds: f64,
+    #[arg(long, default_value = "2", value_name = "SECONDS", value_parser = positive_seconds)]
+    pub seconds: Duration,
 
     /// Probes in flight on every connection during a throughput measurement.
     #[arg(long, default_value_t = 4)]
     pub in_flight: usize,
 
     /// Seconds to wait for each connection.
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
-    pub connect_timeout: f64,
+    #[arg(long, default_value = "5", value_name = "SECONDS", value_parser = positive_seconds)]
+    pub connect_timeout: Duration,
 
     /// Where the measurements go.
     #[arg(long, default_value = "network.json", value_name = "FILE")]
@@ -176,21 +177,11 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
             benchmarks::names().join(", ")
         ),
     };
-    let duration = Duration::try_from_secs_f64(args.seconds)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .context("--seconds must be a positive number")?;
-    let timeout = Duration::try_from_secs_f64(args.connect_timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .context("--connect-timeout must be a positive number")?;
+    let (duration, timeout) = (args.seconds, args.connect_timeout);
     let tls = args.tls.client_tls()?;
-    let addrs = args
-        .sut
-        .split(',')
-        .map(|a| a.trim().parse::<NodeAddr>())
-        .collect::<Result<Vec<_>, _>>()
-        .context("--sut")?;
+    let SutArg::Nodes(addrs) = args.sut.clone() else {
+        bail!("--sut null: preflight measures the network to sut-nodes; name them");
+    };
     // One sample, encoded as the run would send it.
     let raw = synthetic_sample(0, sample_bytes);
     let payload = Bytes::from(args.input_codec.codec().compress(&raw));

@@ -283,6 +283,10 @@ fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
             &["--connections-per-node", "0"][..],
             "--connections-per-node",
         ),
+        (&["--set", "min_duration"][..], "KEY=VALUE"),
+        (&["--node-timeout", "soon"][..], "--node-timeout"),
+        (&["--dispatch", "weighted:"][..], "--dispatch"),
+        (&["--max-in-flight", "0"][..], "--max-in-flight"),
     ] {
         let o = bin()
             .args(["--sut", "null"])
@@ -291,8 +295,10 @@ fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
             .arg(dir.join("out"))
             .output()
             .unwrap();
-        assert!(!o.status.success(), "{flags:?}");
+        // Refused flags are errors (1), never a failed run (2).
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(why), "{flags:?}: {}", stderr(&o));
+        assert!(!dir.join("out").exists(), "{flags:?}: nothing runs");
     }
 }
 
