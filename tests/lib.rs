@@ -385,13 +385,37 @@ pub fn accuracy_entries(out: &Path) -> Vec<AccuracyEntry> {
 
 /// The files of a submission tree's results that the official submission
 /// checker (mlcommons/inference, tools/submission) does not allow where they
-/// are, one line each; empty when the tree holds only what it reads. The
-/// lists are the checker's: REQUIRED_PERF_FILES and OPTIONAL_PERF_FILES for a
+/// are, one line each; empty when the tree holds only what it reads.
+pub fn files_the_checker_refuses(results: &Path) -> Vec<String> {
+    let mut refused = Vec::new();
+    for system in subfolders(results) {
+        for benchmark in subfolders(&results.join(&system)) {
+            for scenario in subfolders(&results.join(&system).join(&benchmark)) {
+                let dir = results.join(&system).join(&benchmark).join(&scenario);
+                refused.extend(files_the_checker_refuses_in_scenario(&dir));
+            }
+        }
+    }
+    refused
+}
+
+fn subfolders(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// [`files_the_checker_refuses`] for one scenario's folder. The lists are
+/// the checker's: REQUIRED_PERF_FILES and OPTIONAL_PERF_FILES for a
 /// performance run, REQUIRED_ACC_FILES for an accuracy run,
 /// REQUIRED_COMP_PER_FILES for an audit's run, REQUIRED_TEST01_ACC_FILES for
 /// TEST01's accuracy folder and REQUIRED_MEASURE_FILES beside the runs; its
 /// files_diff always lets a trace log through.
-pub fn files_the_checker_refuses(results: &Path) -> Vec<String> {
+pub fn files_the_checker_refuses_in_scenario(dir: &Path) -> Vec<String> {
     const TRACE: &str = "mlperf_log_trace.json";
     const PERFORMANCE: &[&str] = &[
         "mlperf_log_summary.txt",
@@ -417,53 +441,34 @@ pub fn files_the_checker_refuses(results: &Path) -> Vec<String> {
     const VERIFY: &[&str] = &["verify_accuracy.txt", "verify_performance.txt"];
     const AUDITS: &[&str] = &["TEST01", "TEST04", "TEST06"];
 
-    fn entries(dir: &Path) -> (Vec<String>, Vec<String>) {
-        let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    fn only(dir: &Path, files: &[&str], dirs: &[&str], out: &mut Vec<String>) {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            match e.path().is_dir() {
-                true => dirs.push(name),
-                false => files.push(name),
+            let (allowed, what) = match e.path().is_dir() {
+                true => (dirs, "folder"),
+                false => (files, "file"),
+            };
+            if !allowed.contains(&name.as_str()) {
+                out.push(format!("{}: {what} {name}", dir.display()));
             }
-        }
-        (files, dirs)
-    }
-    fn only(dir: &Path, files: &[&str], dirs: &[&str], out: &mut Vec<String>) {
-        let (f, d) = entries(dir);
-        for name in f.iter().filter(|n| !files.contains(&n.as_str())) {
-            out.push(format!("{}: file {name}", dir.display()));
-        }
-        for name in d.iter().filter(|n| !dirs.contains(&n.as_str())) {
-            out.push(format!("{}: folder {name}", dir.display()));
         }
     }
 
-    let mut refused = Vec::new();
-    let out = &mut refused;
-    for system in entries(results).1 {
-        for benchmark in entries(&results.join(&system)).1 {
-            for scenario in entries(&results.join(&system).join(&benchmark)).1 {
-                let s = results.join(&system).join(&benchmark).join(&scenario);
-                let mut folders = vec!["accuracy", "performance"];
-                folders.extend(AUDITS);
-                only(&s, SCENARIO, &folders, out);
-                only(&s.join("accuracy"), ACCURACY, &[], out);
-                only(&s.join("performance"), &[], &["run_1"], out);
-                only(&s.join("performance/run_1"), PERFORMANCE, &[], out);
-                for audit in AUDITS {
-                    let t = s.join(audit);
-                    if !t.is_dir() {
-                        continue;
-                    }
-                    only(&t, VERIFY, &["accuracy", "performance"], out);
-                    only(&t.join("accuracy"), AUDIT_ACCURACY, &[], out);
-                    only(&t.join("performance"), &[], &["run_1"], out);
-                    only(&t.join("performance/run_1"), PERFORMANCE, &[], out);
-                }
-            }
-        }
+    let mut out = Vec::new();
+    let mut folders = vec!["accuracy", "performance"];
+    folders.extend(AUDITS);
+    only(dir, SCENARIO, &folders, &mut out);
+    only(&dir.join("accuracy"), ACCURACY, &[], &mut out);
+    only(&dir.join("performance"), &[], &["run_1"], &mut out);
+    only(&dir.join("performance/run_1"), PERFORMANCE, &[], &mut out);
+    for audit in AUDITS {
+        let t = dir.join(audit);
+        only(&t, VERIFY, &["accuracy", "performance"], &mut out);
+        only(&t.join("accuracy"), AUDIT_ACCURACY, &[], &mut out);
+        only(&t.join("performance"), &[], &["run_1"], &mut out);
+        only(&t.join("performance/run_1"), PERFORMANCE, &[], &mut out);
     }
-    refused
+    out
 }
 
 /// What the official submission checker says of a tree whose runs are

@@ -151,7 +151,6 @@ fn test01_and_test04_agree_with_the_official_scripts() {
     for f in [
         "TEST01/verify_accuracy.txt",
         "TEST01/verify_performance.txt",
-        "TEST01/audit.config",
         "TEST01/accuracy/mlperf_log_accuracy.json",
         "TEST01/performance/run_1/mlperf_log_detail.txt",
         "accuracy/mlperf_log_accuracy.json",
@@ -159,6 +158,12 @@ fn test01_and_test04_agree_with_the_official_scripts() {
     ] {
         assert!(dir.join(f).is_file(), "{f} is missing");
     }
+    // The audit's settings and each run's own files stay out of the tree.
+    let extras = std::path::PathBuf::from(format!("{}-extras", dir.display()));
+    assert!(extras.join("TEST01/audit.config").is_file());
+    assert!(extras.join("TEST01/mlperf_net_breakdown.json").is_file());
+    let refused = tests::files_the_checker_refuses_in_scenario(&dir);
+    assert!(refused.is_empty(), "{refused:#?}");
     assert!(
         read(&dir.join("TEST01/performance/run_1/mlperf_log_detail.txt"))
             .contains("Found Audit Config file")

@@ -647,7 +647,7 @@ fn audits_with_the_official_engine_run_each_run_in_its_own_process() {
             "{run}"
         );
     }
-    let refused = tests::files_the_checker_refuses(&scratch.join("results"));
+    let refused = tests::files_the_checker_refuses_in_scenario(&dir);
     assert!(refused.is_empty(), "{refused:#?}");
 }
 
