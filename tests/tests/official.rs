@@ -696,3 +696,109 @@ fn a_second_official_run_in_one_process_is_refused() {
         "{second}"
     );
 }
+
+/// The native engine's built-in mlperf.conf holds exactly the settings of
+/// the official LoadGen's, key for key (the release's mlperf.conf, from
+/// which its compiled-in mlperf_conf.h is made).
+#[test]
+fn the_built_in_mlperf_conf_is_the_official_one() {
+    use loadgen_engine::config::ConfigFile;
+    use std::collections::BTreeMap;
+    let src = std::env::var("MLPERF_LOADGEN_SRC").expect("MLPERF_LOADGEN_SRC");
+    let official = ConfigFile::read(Path::new(&src).join("mlperf.conf")).unwrap();
+    let ours = ConfigFile::builtin().unwrap();
+    let map = |f: &ConfigFile| -> BTreeMap<String, String> {
+        f.entries()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let (official, ours) = (map(&official), map(&ours));
+    for (k, v) in &official {
+        assert_eq!(ours.get(k), Some(v), "{k}: the official value is {v}");
+    }
+    for k in ours.keys() {
+        assert!(
+            official.contains_key(k),
+            "{k} is not in the official mlperf.conf"
+        );
+    }
+}
+
+/// Every model of the official mlperf.conf gets the same effective settings
+/// from both engines (null SUT, each scenario, runs of a few queries): the
+/// same keys looked up the same way, dots in model names included.
+#[test]
+fn both_engines_read_mlperf_conf_alike_for_every_model() {
+    use loadgen_engine::config::ConfigFile;
+    let conf = ConfigFile::builtin().unwrap();
+    let models: Vec<String> = conf.models().into_iter().map(String::from).collect();
+    assert!(models.len() >= 29, "{models:?}");
+    let keys = [
+        "effective_target_latency_ns",
+        "effective_target_latency_percentile",
+        "effective_min_duration_ms",
+        "effective_max_duration_ms",
+        "effective_samples_per_query",
+        "effective_performance_sample_count",
+        "effective_sample_concatenate_permutation",
+        "effective_use_token_latencies",
+        "effective_ttft_latency",
+        "effective_tpot_latency",
+        "effective_qsl_rng_seed",
+        "effective_sample_index_rng_seed",
+        "effective_schedule_rng_seed",
+    ];
+    for model in &models {
+        for scenario in ["SingleStream", "MultiStream", "Server", "Offline"] {
+            let mut logs = Vec::new();
+            // The native null SUT answers a token model with tokens, as
+            // the engine requires; the official one is not so strict.
+            let tokens = conf.get(&format!("{model}.*.use_token_latencies")) == Some("1");
+            for engine in ["native", "official"] {
+                let out = scratch(&format!("conf-{engine}-{model}-{scenario}"));
+                let out_s = out.display().to_string();
+                let mut args = vec![
+                    "--engine",
+                    engine,
+                    "--sut",
+                    "null",
+                    "--model",
+                    model,
+                    "--scenario",
+                    scenario,
+                    "--total-sample-count",
+                    "64",
+                    "--no-trace",
+                    "--progress-interval",
+                    "0",
+                    "--set",
+                    "max_duration=1",
+                    "--set",
+                    "max_query_count=8",
+                    "--output-dir",
+                    &out_s,
+                ];
+                if tokens && engine == "native" {
+                    args.push("--null-tokens");
+                }
+                let o = loadgen(&args);
+                assert!(
+                    o.status.success(),
+                    "{engine} {model} {scenario}: {}",
+                    text(&o.stderr)
+                );
+                logs.push(out);
+            }
+            for key in keys {
+                assert_eq!(
+                    detail_value(&logs[0], key),
+                    detail_value(&logs[1], key),
+                    "{model} {scenario}: {key}"
+                );
+            }
+            for l in logs {
+                let _ = std::fs::remove_dir_all(l);
+            }
+        }
+    }
+}

@@ -305,6 +305,28 @@ impl ConfigFile {
         self.entries.get(key).map(|e| e.value.as_str())
     }
 
+    /// Every key and its value text, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries
+            .iter()
+            .map(|(k, e)| (k.as_str(), e.value.as_str()))
+    }
+
+    /// The models the file names in its keys (`*` left out), sorted.
+    pub fn models(&self) -> Vec<&str> {
+        let mut models: Vec<&str> = self
+            .entries
+            .keys()
+            // model.scenario.name, where only the model may hold dots
+            // (wan-2.2-t2v-a14b).
+            .filter_map(|k| k.rsplitn(3, '.').nth(2))
+            .filter(|m| *m != "*")
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        models
+    }
+
     /// Number of distinct keys in the file.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -887,6 +909,11 @@ mod tests {
         let f = ConfigFile::builtin().expect("built-in mlperf.conf must parse");
         assert_eq!(f.get("*.*.qsl_rng_seed"), Some("2085463073848966840"));
         assert!(f.len() > 100);
+        let models = f.models();
+        for m in ["resnet50", "wan-2.2-t2v-a14b", "llama3_1-8b", "yolo"] {
+            assert!(models.contains(&m), "{m}: {models:?}");
+        }
+        assert!(!models.contains(&"*") && !models.contains(&"wan-2"));
     }
 
     #[test]

@@ -356,8 +356,29 @@ fn builtin_mlperf_conf_covers_other_models() {
         (4_500_000_000, 80_000_000)
     );
     assert!(st.use_token_latencies && st.sample_concatenate_permutation);
+    // 6.0.17 gives deepseek-r1-interactive no Offline sample count of its
+    // own: the default stays.
     let st = load("deepseek-r1-interactive", Scenario::Offline);
-    assert_eq!(st.min_query_count, 4388);
+    assert_eq!(st.min_query_count, fresh(Scenario::Offline).min_query_count);
+    let st = load("wan-2.2-t2v-a14b", Scenario::Offline);
+    assert_eq!(
+        (st.performance_sample_count_override, st.min_query_count),
+        (248, 248)
+    );
+    let st = load("qwen3-vl-235b-a22b", Scenario::Server);
+    assert_eq!(st.server_target_latency_ns, 12_000_000_000);
+    assert!(!st.use_token_latencies && st.sample_concatenate_permutation);
+    let st = load("gpt-oss-120b-interactive", Scenario::Server);
+    assert_eq!(
+        (st.server_ttft_latency, st.server_tpot_latency),
+        (2_000_000_000, 15_000_000)
+    );
+    let st = load("dlrm-v3", Scenario::Server);
+    assert_eq!(st.server_target_latency_ns, 80_000_000);
+    assert_eq!(
+        load("yolo", Scenario::Offline).performance_sample_count_override,
+        64
+    );
     let st = load("dlrm", Scenario::Server);
     assert_eq!(st.server_target_latency_ns, 60_000_000);
     assert_eq!(st.performance_sample_count_override, 204800);
