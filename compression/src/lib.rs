@@ -12,7 +12,6 @@
 //!   off one byte past it, so a small payload can never make its receiver
 //!   allocate gigabytes (no decompression bombs). [`output_bound`] says, from
 //!   the frame alone, how much decoding it may hold at most.
-//! - [`policy`]: which benchmarks may compress their inputs.
 //! - [`wire`]: the mapping to and from the protocol's `proto::Codec`.
 
 use std::fmt;
@@ -21,7 +20,6 @@ use std::str::FromStr;
 mod codec;
 pub mod lz4;
 pub mod none;
-pub mod policy;
 pub mod wire;
 pub mod zstd;
 

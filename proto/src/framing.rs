@@ -38,6 +38,12 @@ pub const MAX_DATA_FRAME: usize = 1 << 30;
 const ZERO_COPY_MIN: usize = 8 << 10;
 /// The frame buffer grows by at least this much (see `FrameWriter::room`).
 const BUF_CHUNK: usize = 64 << 10;
+/// Frames at least this large (WAN-2.2's videos, hundreds of MB) are
+/// gathered into one buffer as their chunks arrive, each chunk copied once
+/// and let go: the message is then held once, not as its chunks plus the
+/// copy decoding would make of them. Below it nothing is copied (inputs,
+/// the answers of every other benchmark).
+const GATHER_MIN: usize = 64 << 20;
 
 const KIND_MESSAGE: u8 = 0;
 const KIND_ERROR: u8 = 1;
@@ -201,9 +207,11 @@ pub struct FrameDecoder {
     /// A header split across chunks.
     head: [u8; HEADER_LEN],
     head_len: usize,
-    /// The header of the frame being assembled, and its body so far.
+    /// The header of the frame being assembled, and its body so far: as
+    /// slices of the chunks, or gathered in one buffer for a large frame.
     want: Option<(u8, usize)>,
     pieces: Pieces,
+    gathered: BytesMut,
     max: usize,
     kinds: Kinds,
     /// Set by `poll_messages` once the source has ended or failed.
@@ -219,6 +227,7 @@ impl FrameDecoder {
             head_len: 0,
             want: None,
             pieces: Pieces::default(),
+            gathered: BytesMut::new(),
             max,
             kinds: Kinds::Quic,
             ended: false,
@@ -280,6 +289,19 @@ impl FrameDecoder {
                 (kind, len)
             }
         };
+        if len >= GATHER_MIN {
+            let take = (len - self.gathered.len()).min(self.cur.len());
+            // Grown as the bytes come, never ahead of them: a peer that
+            // announces a frame and sends nothing costs nothing.
+            self.gathered.extend_from_slice(&self.cur[..take]);
+            self.cur.advance(take);
+            if self.gathered.len() < len {
+                return Ok(None);
+            }
+            self.want = None;
+            let body = std::mem::take(&mut self.gathered).freeze();
+            return Ok(Some(frame(kind, body.into())));
+        }
         let take = (len - self.pieces.len).min(self.cur.len());
         if take > 0 {
             self.pieces.push(self.cur.split_to(take));
@@ -348,6 +370,7 @@ impl FrameDecoder {
     fn buffered(&self) -> usize {
         self.head_len
             + self.pieces.len
+            + self.gathered.len()
             + self.cur.len()
             + if self.want.is_some() { HEADER_LEN } else { 0 }
     }
@@ -686,6 +709,45 @@ mod tests {
                 Frame::Error("node shutting down".into())
             );
         }
+    }
+
+    #[test]
+    fn huge_frames_are_gathered_into_one_buffer_as_they_arrive() {
+        let answer = FromNode {
+            answers: vec![SampleAnswer {
+                id: 9,
+                payload: Bytes::from((0..GATHER_MIN + 3).map(|i| i as u8).collect::<Vec<u8>>()),
+                ..SampleAnswer::default()
+            }],
+            ..FromNode::default()
+        };
+        let mut w = FrameWriter::new();
+        w.message(&answer).unwrap();
+        w.error("end");
+        let bytes = written(&mut w);
+        let mut d = FrameDecoder::new(MAX_DATA_FRAME);
+        // A header announcing it costs nothing until its bytes come.
+        d.push(bytes.slice(..HEADER_LEN));
+        assert_eq!(d.next_frame(), Ok(None));
+        assert!(d.gathered.capacity() < 1 << 20);
+        let mut frames = Vec::new();
+        for c in bytes[HEADER_LEN..].chunks(1 << 20) {
+            d.push(Bytes::copy_from_slice(c));
+            while let Some(f) = d.next_frame().unwrap() {
+                frames.push(f);
+            }
+            // Held once: what has come, in one buffer, not also its chunks.
+            assert!(d.pieces.len == 0 && d.buffered() <= bytes.len());
+        }
+        let Frame::Message(body) = &frames[0] else {
+            panic!("{frames:?}")
+        };
+        assert!(body.rest.is_empty(), "one contiguous buffer");
+        assert_eq!(
+            frames[0].clone().decode::<FromNode>("FromNode").unwrap(),
+            answer
+        );
+        assert_eq!(frames[1], Frame::Error("end".into()));
     }
 
     #[test]

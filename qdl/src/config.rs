@@ -197,6 +197,9 @@ pub struct QdlConfig {
     /// small, where the node's flow-control windows (sized in bytes) would
     /// not.
     pub max_in_flight: u64,
+    /// Why the benchmark's answers may not travel compressed, if the rules
+    /// say so: a node with an output codec is then refused at connection.
+    pub answer_compression_refused: Option<String>,
 }
 
 /// Two network threads, but never more than leaves a core to the LoadGen's
@@ -224,6 +227,7 @@ impl Default for QdlConfig {
             tls: None,
             io_threads: default_io_threads(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            answer_compression_refused: None,
         }
     }
 }

@@ -193,6 +193,31 @@ fn check_session(node: &str, s: &SessionReply, input_codec: Codec) -> Result<(),
     }
 }
 
+/// Refuses nodes that compress their answers where the rules allow no
+/// compression for the benchmark (`why` says so).
+pub(crate) fn check_answers_uncompressed(
+    addrs: &[NodeAddr],
+    per_node: usize,
+    names: &[String],
+    opened: &[Opened],
+    why: &str,
+) -> Result<(), QdlError> {
+    for (c, o) in opened.iter().enumerate() {
+        if o.session.output_codec != Codec::None as i32 {
+            let n = c / per_node;
+            return Err(QdlError::Incompatible {
+                node: label(&addrs[n], Some(&names[n])),
+                reason: format!(
+                    "the node compresses its answers ({}), but {why}; start it with \
+                     --output-codec none",
+                    wire_name(o.session.output_codec)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Each node's name from its sessions; all its connections must agree, and
 /// no two nodes may share a name.
 pub(crate) fn node_names(

@@ -23,7 +23,8 @@ use crate::policy;
 use crate::report;
 use crate::sample::{SampleData, StoredSample};
 use crate::session::{
-    check_node_name, check_unique, label, max_message, node_names, open_all, StreamLimits,
+    check_answers_uncompressed, check_node_name, check_unique, label, max_message, node_names,
+    open_all, StreamLimits,
 };
 use crate::stats::{QdlStats, QdlView};
 use crate::trace::SampleTrace;
@@ -148,6 +149,9 @@ impl Qdl {
         .ok_or_else(|| QdlError::Config("the QDL's runtime stopped while connecting".into()))??;
 
         let names = node_names(&config.nodes, per_node, &opened)?;
+        if let Some(why) = &config.answer_compression_refused {
+            check_answers_uncompressed(&config.nodes, per_node, &names, &opened, why)?;
+        }
         let run = Arc::new(RunState::new());
         let trace = Arc::new(OnceLock::new());
         let mut nodes = Vec::with_capacity(config.nodes.len());

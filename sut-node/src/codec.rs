@@ -21,7 +21,7 @@ pub const DEFAULT_MAX_INPUT_BYTES: usize = 64 << 20;
 /// [`DEFAULT_MAX_INPUT_BYTES`] for a benchmark this node does not know.
 pub fn default_max_input_bytes(benchmark: &str) -> usize {
     match proto::benchmarks::find(benchmark) {
-        Some(b) => (4 * b.input_bytes).max(1 << 20),
+        Some(b) => (4 * b.input_bytes()).max(1 << 20),
         None => DEFAULT_MAX_INPUT_BYTES,
     }
 }

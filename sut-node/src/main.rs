@@ -194,25 +194,22 @@ struct ServeArgs {
     service_time: ServiceTime,
 
     /// Bytes in each answer, at most 1 GiB (the largest message a node
-    /// sends).
+    /// sends) [default: the answer size of --benchmark in the suite table,
+    /// e.g. 449,740,800 for wan-2.2-t2v-a14b; 4 without one].
     #[arg(
         long,
         value_name = "BYTES",
-        default_value_t = 4,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 30),
         help_heading = "Synthetic backend"
     )]
-    output_size: usize,
+    output_size: Option<usize>,
 
     /// Answer like an LLM: a first token (the answer's first 4 bytes) after
-    /// 1/N of the service time, then the answer with N tokens. 0: not an LLM.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        help_heading = "Synthetic backend"
-    )]
-    llm_tokens: u32,
+    /// 1/N of the service time, then the answer with N tokens. 0: not an LLM
+    /// [default: for an LLM --benchmark, one token per 4 answer bytes; else
+    /// 0].
+    #[arg(long, value_name = "N", help_heading = "Synthetic backend")]
+    llm_tokens: Option<u32>,
 
     /// Seed of the exponential service times (the same seed gives the same
     /// sequence of batch times).
@@ -464,10 +461,19 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Synthetic => {
             tracing::info!(service_time = %args.service_time, "synthetic backend");
+            let bench = proto::benchmarks::find(&args.benchmark);
+            let output_size = args
+                .output_size
+                .or(bench.map(|b| b.output_bytes))
+                .unwrap_or(4);
+            let llm_tokens = args.llm_tokens.unwrap_or(match bench {
+                Some(b) if b.llm => u32::try_from(output_size / 4).unwrap_or(u32::MAX),
+                _ => 0,
+            });
             Arc::new(Synthetic::new(SyntheticConfig {
                 service_time: args.service_time,
-                output_size: args.output_size,
-                llm_tokens: args.llm_tokens,
+                output_size,
+                llm_tokens,
                 seed: args.seed,
             }))
         }

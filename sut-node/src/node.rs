@@ -116,7 +116,7 @@ fn refusal(config: &NodeConfig, request: &SessionRequest) -> Option<String> {
         ));
     }
     if let Some(model) = &config.model {
-        if *model != request.model {
+        if proto::benchmarks::canonical(model) != proto::benchmarks::canonical(&request.model) {
             return Some(format!(
                 "model mismatch: the session is for model {:?}, this sut-node serves {:?}",
                 request.model, model

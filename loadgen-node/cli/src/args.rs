@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use loadgen_engine::{config, Scenario, TestMode};
+use proto::benchmarks::Round;
 use qdl::{DispatchPolicy, NodeAddr};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -302,23 +303,35 @@ pub struct RunArgs {
 
     /// Codec of the samples sent to the sut-nodes: none, zstd, zstd:LEVEL (1
     /// to 22) or lz4. The QSL compresses each sample on its own when it loads
-    /// it (untimed); the nodes decode it inside their time. Refused for the
-    /// LLM benchmarks and stable-diffusion-xl unless --open-division.
+    /// it (untimed); the nodes decode it inside their time. Refused where
+    /// the rules (--rules) allow no compression, unless --open-division.
     #[arg(long, value_name = "CODEC", default_value = "none")]
     #[serde(serialize_with = "display")]
     pub input_codec: compression::CodecSpec,
 
-    /// An open-division run: lifts the closed and network divisions' rule
-    /// that LLM and stable-diffusion-xl inputs travel uncompressed.
+    /// An open-division run: lifts the closed and network divisions' rules
+    /// on which benchmarks' data may travel compressed.
     #[arg(long)]
     pub open_division: bool,
 
+    /// The round of the rules the run follows: v6.1, the current rules, or
+    /// v5.1, the tables this product was first built on (DLRMv2 and SDXL
+    /// rows, none for DLRMv3, WAN-2.2 or Qwen3-VL). It decides which
+    /// benchmarks may compress their data and, for `audit` and
+    /// `submission`, which audits and checker folders apply.
+    #[arg(long, value_name = "ROUND", default_value_t = Round::CURRENT)]
+    #[serde(serialize_with = "display")]
+    pub rules: Round,
+
     /// Largest answer (or first token) accepted from a sut-node once decoded,
-    /// in bytes: a compressed answer declaring or producing more ends the run
-    /// (INVALID) without being decoded.
-    #[arg(long, value_name = "BYTES", default_value_t = qdl::DEFAULT_MAX_ANSWER_BYTES,
+    /// in bytes: a larger one, or a compressed answer declaring or producing
+    /// more, ends the run (INVALID) without being held [default: the
+    /// benchmark's largest answer in the suite table, at least 1 MiB
+    /// (WAN-2.2: 449,740,800, its bf16 video); 1 GiB for a model outside
+    /// it].
+    #[arg(long, value_name = "BYTES",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    pub max_answer_bytes: usize,
+    pub max_answer_bytes: Option<usize>,
 
     /// Where stderr is not a terminal, print a progress line every this
     /// many seconds (on a terminal the live line is redrawn twice a second).
@@ -492,6 +505,8 @@ mod tests {
         "--input-codec",
         "zstd:7",
         "--open-division",
+        "--rules",
+        "v5.1",
         "--max-answer-bytes",
         "1000",
         "--progress-interval",

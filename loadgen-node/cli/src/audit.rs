@@ -47,7 +47,7 @@ pub struct AuditArgs {
 /// Runs what the audit needs and verifies it; exit status 4 when the
 /// verification fails.
 pub fn audit(args: &AuditArgs) -> Result<Exit> {
-    compliance::check_required(args.test, &args.run.model)?;
+    compliance::check_required(args.test, &args.run.model, args.run.rules)?;
     if args.run.audit_config.is_some() {
         bail!("--audit-config: the audit writes the official audit.config itself; drop the flag");
     }

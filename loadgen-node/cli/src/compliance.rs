@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
+use proto::benchmarks::{self, Audit, Round};
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,37 +70,35 @@ impl std::str::FromStr for AuditTest {
     }
 }
 
-/// The audits the v6.1 submission checker requires of a closed or network
-/// division result of `model` (this node's model names).
-pub fn required_audits(model: &str) -> Vec<AuditTest> {
-    let mut tests = Vec::new();
-    if matches!(
-        model,
-        "resnet50" | "bert" | "3d-unet" | "stable-diffusion-xl" | "rgat" | "whisper" | "yolo"
-    ) {
-        tests.push(AuditTest::Test01);
+impl AuditTest {
+    /// The audit of the table this node runs, if it runs it.
+    pub fn of(audit: Audit) -> Option<AuditTest> {
+        match audit {
+            Audit::Test01 => Some(AuditTest::Test01),
+            Audit::Test04 => Some(AuditTest::Test04),
+            Audit::Test06 => Some(AuditTest::Test06),
+            Audit::Test07 | Audit::Test08 | Audit::Test09 => None,
+        }
     }
-    if matches!(model, "resnet50" | "stable-diffusion-xl") {
-        tests.push(AuditTest::Test04);
-    }
-    if matches!(
-        model,
-        "llama2-70b" | "llama2-70b-interactive" | "llama3.1-8b" | "deepseek-r1"
-    ) {
-        tests.push(AuditTest::Test06);
-    }
-    tests
 }
 
-/// Refuses an audit that `model` does not require.
-pub fn check_required(test: AuditTest, model: &str) -> Result<(), ComplianceError> {
-    let required = required_audits(model);
-    if required.contains(&test) {
+/// The audits the submission checker requires of a closed or network
+/// division result of `model` in `round` (the suite table's).
+pub fn required_audits(model: &str, round: Round) -> Vec<Audit> {
+    benchmarks::find(model)
+        .and_then(|b| b.rules(round))
+        .map_or_else(Vec::new, |r| r.audits.to_vec())
+}
+
+/// Refuses an audit that `model` does not require in `round`.
+pub fn check_required(test: AuditTest, model: &str, round: Round) -> Result<(), ComplianceError> {
+    let required = required_audits(model, round);
+    if required.iter().any(|a| AuditTest::of(*a) == Some(test)) {
         return Ok(());
     }
     Err(ComplianceError::NotRequired {
         test,
-        model: model.to_string(),
+        model: format!("{model} ({round} rules)"),
         required: match required.is_empty() {
             true => "none".into(),
             false => required
@@ -766,17 +765,25 @@ mod tests {
 
     #[test]
     fn required_audits_follow_the_checker() {
+        let now = Round::CURRENT;
         assert_eq!(
-            required_audits("resnet50"),
-            [AuditTest::Test01, AuditTest::Test04]
+            required_audits("resnet50", now),
+            [Audit::Test01, Audit::Test04]
         );
-        assert_eq!(required_audits("llama2-70b"), [AuditTest::Test06]);
-        assert!(required_audits("retinanet").is_empty());
-        let err = check_required(AuditTest::Test06, "resnet50")
+        assert_eq!(required_audits("llama2-70b", now), [Audit::Test06]);
+        assert_eq!(required_audits("llama3.1-8b", now), [Audit::Test06]);
+        // Not a benchmark of the current round; one of v5.1.
+        assert!(required_audits("retinanet", now).is_empty());
+        assert_eq!(required_audits("retinanet", Round::V5_1), [Audit::Test01]);
+        assert_eq!(
+            required_audits("gpt-oss-120b", now),
+            [Audit::Test07, Audit::Test09]
+        );
+        let err = check_required(AuditTest::Test06, "resnet50", now)
             .unwrap_err()
             .to_string();
         assert!(err.contains("TEST01, TEST04"), "{err}");
-        assert!(check_required(AuditTest::Test04, "resnet50").is_ok());
+        assert!(check_required(AuditTest::Test04, "resnet50", now).is_ok());
         assert_eq!("test04".parse::<AuditTest>().unwrap(), AuditTest::Test04);
         assert!("TEST05".parse::<AuditTest>().is_err());
     }

@@ -120,20 +120,7 @@ fn item_size(descr: &str) -> Result<usize, String> {
 
 /// Bytes of an `.npy` file holding `data` (for tests and tools).
 pub fn encode(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape = match dims.len() {
-        1 => format!("({},)", dims[0]),
-        _ => format!("({})", dims.join(", ")),
-    };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    // Pad so the data starts on a 64-byte boundary, ending in a newline.
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
+    let mut out = proto::benchmarks::npy_header(descr, shape);
     out.extend_from_slice(data);
     out
 }

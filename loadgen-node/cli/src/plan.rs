@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use compression::policy::{self, Division};
 use compression::CodecSpec;
 use loadgen_engine::config::{self, ConfKind, ConfigError, ConfigFile, SettingsSources};
 use loadgen_engine::runner::AuditConfig;
@@ -136,22 +135,24 @@ impl RunPlan {
     /// Resolves and checks every flag; errors name the flag or the file and
     /// line.
     pub fn from_args(args: &RunArgs) -> Result<RunPlan> {
-        let division = match args.open_division {
-            true => Division::Open,
-            false => Division::Closed,
-        };
-        policy::check_input(&args.model, args.input_codec.kind, division)
-            .context("--input-codec")?;
+        let compression =
+            benchmarks::check_compression(&args.model, args.rules, args.open_division);
+        if let (Err(why), true) = (&compression, args.input_codec.compresses()) {
+            bail!("--input-codec {}: {why}", args.input_codec);
+        }
         if args.engine == Engine::Official {
             refuse_for_official(args)?;
         }
         let extras = args.extras_dir();
+        // mlperf.conf's keys use its own names (llama3_1-8b): the official
+        // LoadGen would match nothing given another.
+        let model = benchmarks::canonical(&args.model);
         let test = TestPlan {
-            model: args.model.clone(),
+            model: model.to_string(),
             scenario: args.scenario,
             mode: args.mode,
-            settings: resolve_settings(args)?,
-            user_conf: user_conf(args, &extras)?,
+            settings: resolve_settings(args, model)?,
+            user_conf: user_conf(args, model, &extras)?,
             audit: audit_file(args.audit_config.as_deref())?,
         };
         let sut = match &args.sut {
@@ -163,7 +164,14 @@ impl RunPlan {
                     tokens: args.null_tokens,
                 }
             }
-            SutArg::Nodes(nodes) => SutPlan::Network(Box::new(network_plan(args, nodes.clone())?)),
+            SutArg::Nodes(nodes) => {
+                if let Some(why) = benchmarks::find(&args.model).and_then(|b| b.retired) {
+                    bail!("--model {}: {why}", args.model);
+                }
+                let mut network = network_plan(args, model, nodes.clone())?;
+                network.qdl.answer_compression_refused = compression.err();
+                SutPlan::Network(Box::new(network))
+            }
         };
         Ok(RunPlan {
             engine: args.engine,
@@ -220,9 +228,9 @@ pub fn set_lines(model: &str, scenario: Scenario, set: &[SetArg]) -> String {
 }
 
 /// Defaults < mlperf.conf (or --conf) < --user-conf < --set < --mode.
-fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
+fn resolve_settings(args: &RunArgs, model: &str) -> Result<TestSettings> {
     let sources = SettingsSources {
-        model: args.model.clone(),
+        model: model.to_string(),
         scenario: args.scenario,
         mlperf_conf: args.conf.clone(),
         user_conf: args.user_conf.clone(),
@@ -230,15 +238,10 @@ fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
     };
     let mut settings = sources.resolve()?;
     if !args.set.is_empty() {
-        let text = set_lines(&args.model, args.scenario, &args.set);
+        let text = set_lines(model, args.scenario, &args.set);
         let file = ConfigFile::parse("--set", &text).map_err(joined)?;
-        file.check_values(&args.model, args.scenario)?;
-        file.apply(
-            &mut settings,
-            &args.model,
-            args.scenario,
-            ConfKind::UserConf,
-        )?;
+        file.check_values(model, args.scenario)?;
+        file.apply(&mut settings, model, args.scenario, ConfKind::UserConf)?;
         config::check_scale(&settings)?;
     }
     if let Some(mode) = args.mode {
@@ -251,7 +254,7 @@ fn resolve_settings(args: &RunArgs) -> Result<TestSettings> {
 /// with the lines appended, to be written to the extras directory (never
 /// beside the logs, where the submission checker allows only its own
 /// files).
-fn user_conf(args: &RunArgs, extras: &Path) -> Result<UserConf> {
+fn user_conf(args: &RunArgs, model: &str, extras: &Path) -> Result<UserConf> {
     if args.set.is_empty() {
         return Ok(match &args.user_conf {
             Some(p) => UserConf::Given(p.clone()),
@@ -267,7 +270,7 @@ fn user_conf(args: &RunArgs, extras: &Path) -> Result<UserConf> {
         text.push('\n');
     }
     text.push_str("# --set\n");
-    text.push_str(&set_lines(&args.model, args.scenario, &args.set));
+    text.push_str(&set_lines(model, args.scenario, &args.set));
     Ok(UserConf::Merged {
         path: extras.join(MERGED_USER_CONF),
         text,
@@ -301,16 +304,21 @@ fn audit_file(explicit: Option<&Path>) -> Result<Option<AuditFile>> {
     }))
 }
 
-fn network_plan(args: &RunArgs, nodes: Vec<qdl::NodeAddr>) -> Result<NetworkPlan> {
+/// The largest answer accepted unless `--max-answer-bytes` says otherwise.
+pub fn default_max_answer_bytes(model: &str) -> usize {
+    benchmarks::find(model).map_or(qdl::DEFAULT_MAX_ANSWER_BYTES, |b| b.max_output_bytes)
+}
+
+fn network_plan(args: &RunArgs, model: &str, nodes: Vec<qdl::NodeAddr>) -> Result<NetworkPlan> {
     let data = DataSource::for_run(
-        &args.model,
+        model,
         args.dataset.as_deref(),
         args.sample_bytes,
         args.total_sample_count,
     )?;
     let performance_samples = args
         .performance_sample_count
-        .or(benchmarks::find(&args.model).map(|b| b.performance_samples))
+        .or(benchmarks::find(model).map(|b| b.performance_samples))
         .unwrap_or(data.total());
     let tls = args.tls.client_tls()?;
     if args.tls.tls_insecure {
@@ -323,13 +331,15 @@ fn network_plan(args: &RunArgs, nodes: Vec<qdl::NodeAddr>) -> Result<NetworkPlan
         nodes,
         policy: args.dispatch.clone(),
         connections_per_node: args.connections_per_node,
-        model: args.model.clone(),
+        model: model.to_string(),
         scenario: args.scenario.as_str().to_string(),
         stall_timeout: args.node_timeout,
         progress_timeout: Some(args.progress_timeout).filter(|t| !t.is_zero()),
         tls,
         input_codec: Codec::from(args.input_codec.kind),
-        max_answer_bytes: args.max_answer_bytes,
+        max_answer_bytes: args
+            .max_answer_bytes
+            .unwrap_or_else(|| default_max_answer_bytes(model)),
         io_threads: args.qdl_threads.unwrap_or_else(qdl::default_io_threads),
         max_in_flight: args.max_in_flight,
         ..QdlConfig::default()

@@ -17,7 +17,7 @@ use qdl::{NodeAddr, Transport};
 use serde_json::{json, Map, Value};
 
 use crate::args::{positive_seconds, SutArg};
-use crate::benchmarks;
+use crate::benchmarks::{self, Benchmark, Round, Rules, Volume};
 use crate::exit::Exit;
 use crate::qsl::synthetic_sample;
 use crate::tls::TlsArgs;
@@ -43,8 +43,18 @@ pub struct PreflightArgs {
 
     /// Bytes per input element in the rules' bandwidth formula [default: the
     /// benchmark's preprocessed input type, e.g. 4 for fp32 ResNet50].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=16))]
     pub dtype_size: Option<u64>,
+
+    /// Bytes per output element in the rules' egress formula [default: the
+    /// reference answer's type, e.g. 2 for WAN-2.2's bf16 video].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub output_dtype_size: Option<u64>,
+
+    /// The round of the rules whose bandwidth appendix applies: v6.1 (the
+    /// current rules) or v5.1.
+    #[arg(long, value_name = "ROUND", default_value_t = Round::CURRENT)]
+    pub rules: Round,
 
     /// Bytes of each probe payload instead of the benchmark's sample size.
     #[arg(long, value_name = "BYTES")]
@@ -85,17 +95,6 @@ pub struct PreflightArgs {
 
     #[command(flatten)]
     pub tls: TlsArgs,
-}
-
-/// Input and output elements per sample in the rules' minimum-bandwidth
-/// table (bytes/s = throughput x elements x dtype size).
-pub fn bandwidth_rule(model: &str) -> Option<(u64, u64)> {
-    Some(match model {
-        "resnet50" => (224 * 224 * 3, 0),
-        "bert" => (384 * 3, 0),
-        "3d-unet" => (32_944_795, 32_944_795),
-        _ => return None,
-    })
 }
 
 /// What was measured of one node.
@@ -170,7 +169,7 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     let bench = benchmarks::find(&args.model);
     let sample_bytes = match (args.sample_bytes, bench) {
         (Some(b), _) => b,
-        (None, Some(b)) => b.input_bytes,
+        (None, Some(b)) => b.input_bytes(),
         (None, None) => bail!(
             "--model {}: not a benchmark this node knows ({}); give --sample-bytes N",
             args.model,
@@ -323,6 +322,26 @@ fn node_json(r: &NodeReport) -> Value {
     })
 }
 
+/// Bytes per element of the benchmark's input: its tensor's type, or 1 for
+/// a sample of several tensors (counted in bytes).
+fn input_dtype_size(b: &Benchmark) -> u64 {
+    match b.input {
+        [one] => benchmarks::dtype_bytes(one.dtype) as u64,
+        _ => 1,
+    }
+}
+
+/// Bytes per element of the reference answer, where its size divides by
+/// the rules' element count (WAN-2.2's bf16 video: 2); else 4.
+fn output_dtype_size(b: &Benchmark, egress: Volume) -> u64 {
+    match egress {
+        Volume::Elements(n) if n > 0 && b.output_bytes as u64 % n == 0 => {
+            (b.output_bytes as u64 / n).max(1)
+        }
+        _ => 4,
+    }
+}
+
 struct BandwidthVerdict {
     passed: bool,
     json: Value,
@@ -336,44 +355,61 @@ fn bandwidth_verdict(
     qps: f64,
     reports: &[NodeReport],
 ) -> Result<BandwidthVerdict> {
-    let Some((elements_in, elements_out)) = bandwidth_rule(&args.model) else {
+    let rules = bench.and_then(|b| b.rules(args.rules));
+    let (
+        Some(b),
+        Some(Rules {
+            ingress: Some(ingress),
+            egress: Some(egress),
+            ..
+        }),
+    ) = (bench, rules)
+    else {
         bail!(
-            "--target-qps: no minimum-bandwidth rule known for {} (known: resnet50, bert, 3d-unet)",
-            args.model
+            "--target-qps: the {} rules have no minimum bandwidth for {} (they have one for: {})",
+            args.rules,
+            args.model,
+            benchmarks::BENCHMARKS
+                .iter()
+                .filter(|b| b.rules(args.rules).is_some_and(|r| r.ingress.is_some()))
+                .map(|b| b.model)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     };
-    let dtype = args.dtype_size.unwrap_or_else(|| {
-        // The preprocessed input's element size, where it divides evenly.
-        bench
-            .map(|b| b.input_bytes as u64)
-            .filter(|b| elements_in > 0 && b % elements_in == 0)
-            .map_or(4, |b| b / elements_in)
-    });
+    let dtype_in = args.dtype_size.unwrap_or_else(|| input_dtype_size(b));
+    let dtype_out = args
+        .output_dtype_size
+        .unwrap_or_else(|| output_dtype_size(b, *egress));
     let measured_in: f64 = reports.iter().map(|r| r.up_bps).sum();
     let measured_out: f64 = reports.iter().map(|r| r.down_bps).sum();
     let mut passed = true;
     let mut rows = Vec::new();
     println!(
-        "bandwidth rule for {} at {qps} samples/s (dtype size {dtype} bytes):",
-        args.model
+        "bandwidth rule ({} rules) for {} at {qps} samples/s (dtype size in {dtype_in}, out {dtype_out} bytes):",
+        args.rules, args.model
     );
-    for (what, elements, measured) in [
-        ("ingress", elements_in, measured_in),
-        ("egress", elements_out, measured_out),
+    for (what, volume, dtype, measured) in [
+        ("ingress", *ingress, dtype_in, measured_in),
+        ("egress", *egress, dtype_out, measured_out),
     ] {
-        if elements == 0 {
-            println!("  {what}: no minimum");
-            continue;
-        }
-        let required = qps * elements as f64 * dtype as f64;
-        let ok = measured >= required;
+        let (required, formula) = match volume {
+            Volume::Negligible => (0.0, "negligible: more than 0".to_string()),
+            Volume::Elements(n) => (
+                qps * n as f64 * dtype as f64,
+                format!("{qps} x {n} x {dtype}"),
+            ),
+            Volume::Bytes(n) => (qps * n as f64, format!("{qps} x {n} bytes")),
+        };
+        let ok = measured > required;
         passed &= ok;
-        let margin = (measured / required - 1.0) * 100.0;
+        let margin = (required > 0.0).then(|| (measured / required - 1.0) * 100.0);
         println!(
-            "  {what}: required {} (= {qps} x {elements} x {dtype}), measured {}: {} (margin {margin:+.1}%)",
+            "  {what}: required {} (= {formula}), measured {}: {}{}",
             gbits(required),
             gbits(measured),
-            if ok { "PASS" } else { "FAIL" }
+            if ok { "PASS" } else { "FAIL" },
+            margin.map_or(String::new(), |m| format!(" (margin {m:+.1}%)"))
         );
         rows.push(json!({
             "direction": what, "required_bytes_per_s": required, "measured_bytes_per_s": measured,
@@ -382,7 +418,10 @@ fn bandwidth_verdict(
     }
     Ok(BandwidthVerdict {
         passed,
-        json: json!({ "target_qps": qps, "dtype_size": dtype, "checks": rows, "passed": passed }),
+        json: json!({
+            "target_qps": qps, "rules": args.rules.as_str(), "dtype_size": dtype_in,
+            "output_dtype_size": dtype_out, "checks": rows, "passed": passed,
+        }),
     })
 }
 
@@ -565,11 +604,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bandwidth_table() {
-        assert_eq!(bandwidth_rule("resnet50"), Some((150_528, 0)));
-        assert_eq!(bandwidth_rule("bert"), Some((1_152, 0)));
-        assert_eq!(bandwidth_rule("3d-unet"), Some((32_944_795, 32_944_795)));
-        assert_eq!(bandwidth_rule("llama2-70b"), None);
+    fn dtype_sizes_follow_the_table() {
+        let find = |m| benchmarks::find(m).unwrap();
+        assert_eq!(input_dtype_size(find("resnet50")), 4);
+        assert_eq!(input_dtype_size(find("llama2-70b")), 4);
+        assert_eq!(input_dtype_size(find("qwen3-vl-235b-a22b")), 1);
+        let wan = find("wan-2.2-t2v-a14b");
+        let egress = wan.rules(Round::CURRENT).unwrap().egress.unwrap();
+        assert_eq!(output_dtype_size(wan, egress), 2);
     }
 
     #[test]

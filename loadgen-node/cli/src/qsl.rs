@@ -14,37 +14,94 @@ use proto::Codec;
 use qdl::StoredSample;
 
 use crate::npy;
+use proto::benchmarks::Tensor;
 
 /// Where the samples come from.
 #[derive(Clone, Debug)]
 pub enum DataSource {
-    /// One `.npy` file per sample; sample `i` is the `i`-th file in name order.
-    NpyDir { dir: PathBuf, files: Vec<PathBuf> },
-    /// Deterministic pseudo-random samples of a fixed size, made at load time.
-    Synthetic { sample_bytes: usize, total: usize },
+    /// `--dataset DIR`: one entry per sample, in name order.
+    NpyDir {
+        dir: PathBuf,
+        samples: Vec<NpySample>,
+    },
+    /// Deterministic pseudo-random samples, made at load time: of
+    /// `sample_bytes` each, or, when `tensors` names several, in the
+    /// multi-tensor layout of those tensors.
+    Synthetic {
+        sample_bytes: usize,
+        total: usize,
+        tensors: &'static [Tensor],
+    },
+}
+
+/// One sample of a `--dataset` directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NpySample {
+    /// A `.npy` file: its array's data is sent (the header is checked and
+    /// dropped).
+    File(PathBuf),
+    /// A folder of `.npy` files, one per tensor: the multi-tensor layout,
+    /// each file whole (header included) and back to back in name order, so
+    /// that the node can tell the tensors apart.
+    Tensors(PathBuf, Vec<PathBuf>),
+}
+
+fn is_npy(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "npy")
+}
+
+/// The entries of `dir` (sorted by name), files or folders.
+fn sorted_entries(dir: &Path, folders: bool) -> Result<Vec<PathBuf>, SutError> {
+    let cannot =
+        |e: std::io::Error| SutError(format!("cannot read the data set {}: {e}", dir.display()));
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(cannot)? {
+        let path = entry.map_err(cannot)?.path();
+        match folders {
+            true if path.is_dir() => out.push(path),
+            false if is_npy(&path) && path.is_file() => out.push(path),
+            _ => {}
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 impl DataSource {
-    /// The `.npy` files of `dir`, sorted by name.
+    /// The samples of `dir`: its `.npy` files, or its folders of `.npy`
+    /// files (one per sample of several tensors), sorted by name.
     pub fn npy_dir(dir: &Path) -> Result<Self, SutError> {
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| SutError(format!("cannot read the data set {}: {e}", dir.display())))?;
-        let mut files = Vec::new();
-        for entry in entries {
-            let path = entry
-                .map_err(|e| SutError(format!("cannot read the data set {}: {e}", dir.display())))?
-                .path();
-            if path.extension().is_some_and(|e| e == "npy") {
-                files.push(path);
+        let files = sorted_entries(dir, false)?;
+        let folders = sorted_entries(dir, true)?;
+        let samples = match (files.is_empty(), folders.is_empty()) {
+            (false, true) => files.into_iter().map(NpySample::File).collect(),
+            (true, false) => folders
+                .into_iter()
+                .map(|f| {
+                    let tensors = sorted_entries(&f, false)?;
+                    match tensors.is_empty() {
+                        true => Err(SutError(format!("{}: no .npy files", f.display()))),
+                        false => Ok(NpySample::Tensors(f, tensors)),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            (false, false) => {
+                return Err(SutError(format!(
+                    "{}: holds both .npy files and folders; a data set is one .npy file per \
+                     sample, or one folder of .npy tensors per sample",
+                    dir.display()
+                )))
             }
-        }
-        if files.is_empty() {
-            return Err(SutError(format!("{}: no .npy files", dir.display())));
-        }
-        files.sort();
+            (true, true) => {
+                return Err(SutError(format!(
+                    "{}: no .npy files (nor folders of them)",
+                    dir.display()
+                )))
+            }
+        };
         Ok(DataSource::NpyDir {
             dir: dir.to_path_buf(),
-            files,
+            samples,
         })
     }
 
@@ -61,29 +118,37 @@ impl DataSource {
         let source = match dataset {
             Some(dir) => Self::npy_dir(dir).map_err(|e| anyhow::anyhow!("--dataset: {e}"))?,
             None => {
-                let sample_bytes = match (sample_bytes, bench) {
-                    (Some(b), _) => b,
-                    (None, Some(b)) => b.input_bytes,
+                let total = total.or(bench.map(|b| b.total_samples)).unwrap_or(1024);
+                match (sample_bytes, bench) {
+                    (Some(sample_bytes), _) => DataSource::Synthetic {
+                        sample_bytes,
+                        total,
+                        tensors: &[],
+                    },
+                    (None, Some(b)) => DataSource::Synthetic {
+                        sample_bytes: b.input_bytes(),
+                        total,
+                        tensors: match b.input.len() {
+                            1 => &[],
+                            _ => b.input,
+                        },
+                    },
                     (None, None) => anyhow::bail!(
                         "--model {model}: not a benchmark this node knows ({}); give --dataset \
                          DIR or --sample-bytes N",
                         crate::benchmarks::names().join(", ")
                     ),
-                };
-                DataSource::Synthetic {
-                    sample_bytes,
-                    total: total.or(bench.map(|b| b.total_samples)).unwrap_or(1024),
                 }
             }
         };
         if source.total() == 0 {
             anyhow::bail!("the data set has no samples");
         }
-        if let (Some(n), DataSource::NpyDir { files, .. }) = (total, &source) {
-            if n != files.len() {
+        if let (Some(n), DataSource::NpyDir { samples, .. }) = (total, &source) {
+            if n != samples.len() {
                 anyhow::bail!(
-                    "--total-sample-count {n} but --dataset has {} .npy files",
-                    files.len()
+                    "--total-sample-count {n} but --dataset has {} samples",
+                    samples.len()
                 );
             }
         }
@@ -92,41 +157,78 @@ impl DataSource {
 
     pub fn total(&self) -> usize {
         match self {
-            DataSource::NpyDir { files, .. } => files.len(),
+            DataSource::NpyDir { samples, .. } => samples.len(),
             DataSource::Synthetic { total, .. } => *total,
         }
     }
 
     /// The bytes of sample `index`, as they will be sent.
     pub fn read(&self, index: QuerySampleIndex) -> Result<Vec<u8>, SutError> {
+        let missing = || SutError(format!("sample {index} is not in the data set"));
         match self {
-            DataSource::NpyDir { files, .. } => {
-                let path = files
-                    .get(index)
-                    .ok_or_else(|| SutError(format!("sample {index} is not in the data set")))?;
-                npy::read(path)
+            DataSource::NpyDir { samples, .. } => match samples.get(index).ok_or_else(missing)? {
+                NpySample::File(path) => npy::read(path)
                     .map(|a| a.data)
-                    .map_err(|e| SutError(e.to_string()))
-            }
+                    .map_err(|e| SutError(e.to_string())),
+                NpySample::Tensors(_, files) => {
+                    let mut out = Vec::new();
+                    for f in files {
+                        let bytes = std::fs::read(f)
+                            .map_err(|e| SutError(format!("{}: {e}", f.display())))?;
+                        // Each must be a whole .npy file: the node splits
+                        // the sample by their headers.
+                        npy::parse(&bytes).map_err(|e| {
+                            SutError(format!("{}: not a .npy file: {e}", f.display()))
+                        })?;
+                        out.extend_from_slice(&bytes);
+                    }
+                    Ok(out)
+                }
+            },
             DataSource::Synthetic {
                 sample_bytes,
                 total,
-            } => match index < *total {
-                true => Ok(synthetic_sample(index, *sample_bytes)),
-                false => Err(SutError(format!("sample {index} is not in the data set"))),
-            },
+                tensors,
+            } => {
+                if index >= *total {
+                    return Err(missing());
+                }
+                if tensors.is_empty() {
+                    return Ok(synthetic_sample(index, *sample_bytes));
+                }
+                let mut out = Vec::with_capacity(*sample_bytes);
+                for (i, t) in tensors.iter().enumerate() {
+                    // A stream of its own for each tensor of each sample.
+                    let seed = (index as u64) ^ ((i as u64 + 1) << 56);
+                    out.extend_from_slice(&npy::encode(
+                        t.dtype,
+                        t.shape,
+                        &synthetic_bytes(seed, t.bytes()),
+                    ));
+                }
+                Ok(out)
+            }
         }
     }
 
     fn describe(&self) -> String {
         match self {
-            DataSource::NpyDir { dir, files } => {
-                format!("{} ({} .npy samples)", dir.display(), files.len())
+            DataSource::NpyDir { dir, samples } => {
+                let several = matches!(samples.first(), Some(NpySample::Tensors(..)));
+                let kind = match several {
+                    true => "folders of .npy tensors",
+                    false => ".npy samples",
+                };
+                format!("{} ({} {kind})", dir.display(), samples.len())
             }
             DataSource::Synthetic {
                 sample_bytes,
                 total,
-            } => format!("synthetic ({total} samples of {sample_bytes} bytes)"),
+                tensors,
+            } => match tensors.len() {
+                0 => format!("synthetic ({total} samples of {sample_bytes} bytes)"),
+                n => format!("synthetic ({total} samples of {n} tensors, {sample_bytes} bytes)"),
+            },
         }
     }
 }
@@ -134,7 +236,12 @@ impl DataSource {
 /// Sample `index` of the synthetic data set: a splitmix64 stream seeded by
 /// the index, so every sample differs and any process can recreate it.
 pub fn synthetic_sample(index: QuerySampleIndex, len: usize) -> Vec<u8> {
-    let mut state = (index as u64) ^ 0x5851_f42d_4c95_7f2d;
+    synthetic_bytes(index as u64, len)
+}
+
+/// `len` bytes of the splitmix64 stream of `seed`.
+fn synthetic_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed ^ 0x5851_f42d_4c95_7f2d;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
         state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -354,6 +461,7 @@ mod tests {
         let source = DataSource::Synthetic {
             sample_bytes: 5000,
             total: 40,
+            tensors: &[],
         };
         for spec in ["zstd", "zstd:19", "lz4"] {
             let spec: CodecSpec = spec.parse().unwrap();

@@ -13,6 +13,7 @@
 //! output = "submission"           # the tree's root, beside the plan
 //! sut = "node-a:50051,node-b:50051"
 //! engine = "native"               # default; another is passed as --engine
+//! rules = "v6.1"                  # default: the round of the rules (v5.1, v6.1)
 //! run_flags = ["--connections-per-node", "4"]   # for every run
 //! inference = "/path/to/mlcommons/inference"    # optional: the checker
 //!
@@ -43,6 +44,7 @@ use sha2::{Digest, Sha256};
 
 use crate::args::RunArgs;
 use crate::audit::{self, accuracy_dir, performance_dir, run_done};
+use crate::benchmarks::{self, Round};
 use crate::compliance::{self, AuditTest, Dtype};
 use crate::exit::Exit;
 use crate::preflight::{self, PreflightArgs, PLACEHOLDER};
@@ -91,6 +93,9 @@ pub struct Plan {
     pub run_flags: Vec<String>,
     /// The LoadGen engine of every run; `native` (the default) needs no flag.
     pub engine: String,
+    /// The round of the rules: which benchmarks, audits and checker
+    /// folders apply, and what may be compressed.
+    pub rules: Round,
     pub inference: Option<PathBuf>,
     pub checker_version: String,
     pub benchmarks: Vec<PlanBenchmark>,
@@ -99,21 +104,40 @@ pub struct Plan {
     pub system_fields: Map<String, serde_json::Value>,
 }
 
-/// The checker's benchmark name of each model this node knows.
-pub fn checker_benchmark(model: &str) -> Option<&'static str> {
-    Some(match model {
-        "resnet50" => "resnet",
-        "retinanet" => "retinanet",
-        "bert" => "bert-99",
-        "3d-unet" => "3d-unet-99",
-        "llama2-70b" => "llama2-70b-99.9",
-        "llama3.1-8b" => "llama3.1-8b",
-        "deepseek-r1" => "deepseek-r1",
-        "stable-diffusion-xl" => "stable-diffusion-xl",
-        "rgat" => "rgat",
-        "whisper" => "whisper",
-        _ => return None,
-    })
+/// The checker's benchmark folder of `model` in `round`, or why the plan
+/// cannot have it.
+pub fn checker_benchmark(model: &str, round: Round) -> Result<&'static str, String> {
+    let Some(b) = benchmarks::find(model) else {
+        return Err(format!(
+            "unknown benchmark `{model}` (known: {})",
+            benchmarks::BENCHMARKS
+                .iter()
+                .filter(|b| b.rules(round).is_some())
+                .map(|b| b.model)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    };
+    if let Some(why) = b.retired {
+        return Err(format!("`{model}`: {why}"));
+    }
+    match b.rules(round) {
+        Some(r) => Ok(r.checker[0]),
+        None => Err(format!(
+            "`{model}` is not a benchmark of the {round} rules (it is one of: {}); set \
+             `rules` to that round",
+            b.round_names()
+        )),
+    }
+}
+
+/// The scenario's folder in the tree: an interactive variant's Server runs
+/// are the checker's `Interactive` scenario.
+pub fn scenario_folder(model: &str, s: Scenario) -> &'static str {
+    match (benchmarks::find(model).is_some_and(|b| b.interactive), s) {
+        (true, Scenario::Server) => "Interactive",
+        _ => s.as_str(),
+    }
 }
 
 fn strings(v: &toml::Value, what: &str) -> Result<Vec<String>> {
@@ -168,6 +192,7 @@ impl Plan {
             "checker_version",
             "benchmark",
             "engine",
+            "rules",
             "system_description",
         ];
         for k in t.keys() {
@@ -207,13 +232,16 @@ impl Plan {
             }
             Some(_) => bail!("{name}: `system_description` must be a table of strings"),
         }
+        let rules: Round = text("rules", Some(Round::CURRENT.as_str()))?
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}: rules: {e}"))?;
         let mut benchmarks = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             let what = format!("{name}: benchmark {}", i + 1);
             let toml::Value::Table(e) = e else {
                 bail!("{what}: expected a table");
             };
-            benchmarks.push(PlanBenchmark::from_table(&what, e)?);
+            benchmarks.push(PlanBenchmark::from_table(&what, e, rules)?);
         }
         Ok(Plan {
             base: base.to_path_buf(),
@@ -224,11 +252,19 @@ impl Plan {
             sut: text("sut", None)?,
             run_flags,
             engine: text("engine", Some("native"))?,
+            rules,
             inference: t
                 .get("inference")
                 .and_then(|v| v.as_str())
                 .map(PathBuf::from),
-            checker_version: text("checker_version", Some("v6.1"))?,
+            // The checker's own round, or the oldest it has for v5.1.
+            checker_version: text(
+                "checker_version",
+                Some(match rules {
+                    Round::V5_1 => "v6.0",
+                    Round::V6_1 => "v6.1",
+                }),
+            )?,
             benchmarks,
             system_fields,
         })
@@ -245,7 +281,7 @@ impl Plan {
             .join("results")
             .join(&self.system)
             .join(&b.benchmark)
-            .join(s.as_str())
+            .join(scenario_folder(&b.model, s))
     }
 
     /// Where the full accuracy logs of one benchmark and scenario are kept
@@ -268,7 +304,7 @@ impl Plan {
             .join(folder)
             .join(&self.system)
             .join(&b.benchmark)
-            .join(s.as_str())
+            .join(scenario_folder(&b.model, s))
     }
 
     pub fn system_json(&self) -> PathBuf {
@@ -279,7 +315,7 @@ impl Plan {
 }
 
 impl PlanBenchmark {
-    fn from_table(what: &str, e: &toml::Table) -> Result<PlanBenchmark> {
+    fn from_table(what: &str, e: &toml::Table, rules: Round) -> Result<PlanBenchmark> {
         const KEYS: &[&str] = &[
             "model",
             "benchmark",
@@ -296,20 +332,20 @@ impl PlanBenchmark {
             }
         }
         let model = match e.get("model") {
-            Some(toml::Value::String(m)) => m.clone(),
+            Some(toml::Value::String(m)) => benchmarks::canonical(m).to_string(),
             _ => bail!("{what}: `model` is missing"),
         };
-        let benchmark = match (e.get("benchmark"), checker_benchmark(&model)) {
-            (Some(toml::Value::String(b)), _) => b.clone(),
-            (Some(_), _) => bail!("{what}: `benchmark` must be a string"),
-            (None, Some(b)) => b.to_string(),
-            (None, None) => bail!(
-                "{what}: unknown benchmark `{model}` (known: {})",
-                crate::benchmarks::names()
-                    .into_iter()
-                    .filter(|m| checker_benchmark(m).is_some())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+        let default =
+            checker_benchmark(&model, rules).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let folders = benchmarks::find(&model)
+            .and_then(|b| b.rules(rules))
+            .map_or(&[][..], |r| r.checker);
+        let benchmark = match e.get("benchmark") {
+            None => default.to_string(),
+            Some(toml::Value::String(b)) if folders.contains(&b.as_str()) => b.clone(),
+            Some(_) => bail!(
+                "{what}: `benchmark` must be one of the checker's folders for {model}: {}",
+                folders.join(", ")
             ),
         };
         let scenarios = match e.get("scenarios") {
@@ -401,6 +437,7 @@ fn run_args(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<RunArgs> {
     if plan.engine != "native" {
         argv.extend(["--engine".to_string(), plan.engine.clone()]);
     }
+    argv.extend(["--rules".to_string(), plan.rules.to_string()]);
     argv.extend(plan.run_flags.iter().cloned());
     argv.extend(b.run_flags.iter().cloned());
     for (scenario, settings) in &b.settings {
@@ -629,7 +666,16 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
         _ => accuracy_dir(&dir).join("mlperf_log_accuracy.json"),
     };
     if plan.division != "open" {
-        for test in compliance::required_audits(&b.model) {
+        for audit in compliance::required_audits(&b.model, plan.rules) {
+            let Some(test) = AuditTest::of(audit) else {
+                // The checker needs it; its official script makes it.
+                valid = false;
+                cells.push((
+                    audit.name().to_string(),
+                    "not run by loadgen-node".to_string(),
+                ));
+                continue;
+            };
             let test_dir = dir.join(test.name());
             // A passed audit is kept; a failed or missing one is run again.
             let passed = match recorded_verdict(test, &test_dir) {

@@ -108,6 +108,7 @@ mod tests {
         let data = DataSource::Synthetic {
             sample_bytes: 32,
             total: 10,
+            tensors: &[],
         };
         let good = proto::synthetic::answer(&synthetic_sample(3, 32), 8);
         let other = proto::synthetic::answer(&synthetic_sample(4, 32), 8);

@@ -31,27 +31,41 @@ impl<W: Write> AccuracyLog<W> {
     }
 
     pub(crate) fn write(&mut self, e: &AccuracyEntry<'_>) -> io::Result<()> {
-        let line = &mut self.line;
-        line.clear();
-        line.extend_from_slice(if self.entries == 0 { b"\n{ " } else { b",\n{ " });
+        self.line.clear();
+        self.line
+            .extend_from_slice(if self.entries == 0 { b"\n{ " } else { b",\n{ " });
         write!(
-            line,
+            self.line,
             "\"seq_id\" : {}, \"qsl_idx\" : {}, \"data\" : \"",
             e.seq_id, e.qsl_idx
         )?;
-        push_hex(line, e.data);
-        line.push(b'"');
+        self.hex(e.data)?;
+        self.line.push(b'"');
         if let Some((token_data, count)) = e.tokens {
             if let Some(td) = token_data {
-                line.extend_from_slice(b", \"token_data\" : \"");
-                push_hex(line, td);
-                line.push(b'"');
+                self.line.extend_from_slice(b", \"token_data\" : \"");
+                self.hex(td)?;
+                self.line.push(b'"');
             }
-            write!(line, ", \"token_count\" : {count}")?;
+            write!(self.line, ", \"token_count\" : {count}")?;
         }
-        line.extend_from_slice(b" }");
+        self.line.extend_from_slice(b" }");
         self.entries += 1;
-        self.out.write_all(line)
+        self.out.write_all(&self.line)
+    }
+
+    /// Appends `data` in hex to the line, writing the line out whenever it
+    /// grows past [`HEX_CHUNK`]: an answer of hundreds of MB (WAN-2.2's
+    /// videos) costs a chunk here, not twice its size.
+    fn hex(&mut self, data: &[u8]) -> io::Result<()> {
+        for part in data.chunks(HEX_CHUNK / 2) {
+            push_hex(&mut self.line, part);
+            if self.line.len() >= HEX_CHUNK {
+                self.out.write_all(&self.line)?;
+                self.line.clear();
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn entries(&self) -> u64 {
@@ -65,6 +79,9 @@ impl<W: Write> AccuracyLog<W> {
         Ok(self.out)
     }
 }
+
+/// Bytes of hex held before they are written.
+const HEX_CHUNK: usize = 64 << 10;
 
 fn push_hex(out: &mut Vec<u8>, data: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -101,6 +118,47 @@ mod tests {
             text,
             "[\n{ \"seq_id\" : 0, \"qsl_idx\" : 784, \"data\" : \"A01E0000\", \"token_data\" : \"A01E0000\", \"token_count\" : 2 },\n{ \"seq_id\" : 1, \"qsl_idx\" : 5, \"data\" : \"\" }\n]\n"
         );
+    }
+
+    /// A writer that remembers its largest single write.
+    #[derive(Default)]
+    struct Largest {
+        bytes: Vec<u8>,
+        largest: usize,
+    }
+
+    impl Write for Largest {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.largest = self.largest.max(b.len());
+            self.bytes.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_huge_answer_is_written_in_chunks_and_reads_the_same() {
+        let data: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7) as u8).collect();
+        let mut log = AccuracyLog::new(Largest::default()).unwrap();
+        log.write(&AccuracyEntry {
+            seq_id: 3,
+            qsl_idx: 1,
+            data: &data,
+            tokens: None,
+        })
+        .unwrap();
+        let out = log.finish().unwrap();
+        assert!(out.largest <= HEX_CHUNK + 64, "{}", out.largest);
+        let mut whole = Vec::new();
+        push_hex(&mut whole, &data);
+        let text = String::from_utf8(out.bytes).unwrap();
+        let expected = format!(
+            "[\n{{ \"seq_id\" : 3, \"qsl_idx\" : 1, \"data\" : \"{}\" }}\n]\n",
+            String::from_utf8(whole).unwrap()
+        );
+        assert!(text == expected, "the chunked log differs");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
 
 use crate::accuracy_log::{AccuracyEntry, AccuracyLog};
 use crate::live::{LiveStats, PERCENTILE_EVERY_NS};
@@ -12,6 +12,77 @@ use crate::stats::LatencyHistogram;
 use crate::trace::{SampleSpan, TraceLog};
 
 /// One completed sample, as the aggregator receives it.
+/// Bytes of accuracy-logged answers queued for the aggregator at most. Past
+/// it a completing thread waits for the log to catch up (an answer larger
+/// than this waits for an empty queue), so that answers of hundreds of MB
+/// (WAN-2.2's videos) cannot pile up in memory faster than the log is
+/// written.
+pub(crate) const MAX_LOGGED_BYTES: usize = 1 << 30;
+
+/// The bytes of logged answers on their way to the accuracy log.
+#[derive(Default)]
+pub(crate) struct LogBudget {
+    queued: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl LogBudget {
+    /// A copy of `data` for the log, once the queue has room for it.
+    pub(crate) fn take(self: &Arc<Self>, data: &[u8]) -> LoggedAnswer {
+        let n = data.len();
+        let mut queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
+        while !has_room(*queued, n, MAX_LOGGED_BYTES) {
+            queued = self
+                .freed
+                .wait(queued)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *queued += n;
+        drop(queued);
+        LoggedAnswer {
+            bytes: data.into(),
+            budget: self.clone(),
+        }
+    }
+}
+
+/// Whether `n` more bytes may join `queued` under `limit`: always into an
+/// empty queue, so that one answer larger than the limit still goes.
+fn has_room(queued: usize, n: usize, limit: usize) -> bool {
+    queued == 0 || queued.saturating_add(n) <= limit
+}
+
+/// A logged answer's bytes; dropping it (once written) gives its room back.
+pub(crate) struct LoggedAnswer {
+    bytes: Box<[u8]>,
+    budget: Arc<LogBudget>,
+}
+
+impl std::ops::Deref for LoggedAnswer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl std::fmt::Debug for LoggedAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoggedAnswer({} bytes)", self.bytes.len())
+    }
+}
+
+impl Drop for LoggedAnswer {
+    fn drop(&mut self) {
+        let mut queued = self
+            .budget
+            .queued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *queued -= self.bytes.len();
+        self.budget.freed.notify_all();
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Completed {
     pub seq: u64,
@@ -23,7 +94,7 @@ pub(crate) struct Completed {
     pub first_token_ns: Option<i64>,
     pub n_tokens: i64,
     /// The response bytes, copied only when the sample is accuracy-logged.
-    pub data: Option<Box<[u8]>>,
+    pub data: Option<LoggedAnswer>,
 }
 
 /// Messages from completing threads (and the runner) to the aggregator.
@@ -336,5 +407,27 @@ impl<A: Write, T: Write> Aggregator<A, T> {
             }
             self.note(r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_answers_wait_for_room_in_the_queue() {
+        assert!(has_room(0, 10, 4), "an empty queue takes any answer");
+        assert!(has_room(3, 1, 4));
+        assert!(!has_room(3, 2, 4));
+        assert!(!has_room(1, usize::MAX, 4));
+        let budget = Arc::new(LogBudget::default());
+        let a = budget.take(&[1, 2, 3]);
+        let b = budget.take(&[4]);
+        assert_eq!((&*a, &*b), (&[1u8, 2, 3][..], &[4u8][..]));
+        assert_eq!(*budget.queued.lock().unwrap(), 4);
+        drop(a);
+        assert_eq!(*budget.queued.lock().unwrap(), 1);
+        drop(b);
+        assert_eq!(*budget.queued.lock().unwrap(), 0);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::{self, Thread};
 
-use crate::aggregator::{Completed, Event};
+use crate::aggregator::{Completed, Event, LogBudget};
 use crate::clock::Clock;
 use crate::sample::{QuerySampleIndex, QuerySampleResponse, ResponseId};
 
@@ -49,6 +49,7 @@ struct Shared {
     events: mpsc::Sender<Event>,
     /// Send first-token events even for samples not accuracy-logged (trace).
     trace_first_tokens: bool,
+    log_budget: Arc<LogBudget>,
 }
 
 /// Handle through which a SUT completes samples. Cheap to clone; usable from
@@ -167,6 +168,7 @@ impl Ring {
                 abort_reason: Mutex::new(None),
                 events,
                 trace_first_tokens,
+                log_budget: Arc::default(),
             }),
         }
     }
@@ -279,7 +281,7 @@ impl Ring {
                     t => Some(t - 1),
                 },
                 n_tokens: r.n_tokens,
-                data: (tag & LOG != 0).then(|| r.data.into()),
+                data: (tag & LOG != 0).then(|| s.log_budget.take(r.data)),
             };
             if slot
                 .tag
@@ -437,11 +439,13 @@ mod tests {
         let (mut done, mut errors) = (Vec::new(), Vec::new());
         while let Ok(e) = rx.try_recv() {
             match e {
-                Event::Completed(batch) => done.extend(
-                    batch
-                        .into_iter()
-                        .map(|c| (c.seq, c.index, c.data.map(Vec::from).unwrap_or_default())),
-                ),
+                Event::Completed(batch) => done.extend(batch.into_iter().map(|c| {
+                    (
+                        c.seq,
+                        c.index,
+                        c.data.as_deref().map(Vec::from).unwrap_or_default(),
+                    )
+                })),
                 Event::Error(m) => errors.push(m),
                 _ => {}
             }

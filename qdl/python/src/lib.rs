@@ -18,7 +18,6 @@ use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use compression::policy::{self, Division};
 use compression::CodecSpec;
 use loadgen_engine::{QuerySample, QuerySampleIndex, QuerySampleResponse};
 use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
@@ -226,10 +225,11 @@ impl PyQdl {
         dispatch = "least-outstanding",
         input_codec = "none",
         open_division = false,
+        rules = "v6.1",
         node_timeout = 10.0,
         progress_timeout = 120.0,
         connect_timeout = 10.0,
-        max_answer_bytes = qdl::DEFAULT_MAX_ANSWER_BYTES,
+        max_answer_bytes = None,
         io_threads = None,
         max_in_flight = qdl::DEFAULT_MAX_IN_FLIGHT,
         tls_pin = Vec::new(),
@@ -248,10 +248,11 @@ impl PyQdl {
         dispatch: &str,
         input_codec: &str,
         open_division: bool,
+        rules: &str,
         node_timeout: f64,
         progress_timeout: f64,
         connect_timeout: f64,
-        max_answer_bytes: usize,
+        max_answer_bytes: Option<usize>,
         io_threads: Option<usize>,
         max_in_flight: u64,
         tls_pin: Vec<String>,
@@ -263,17 +264,17 @@ impl PyQdl {
         let codec: CodecSpec = input_codec
             .parse()
             .map_err(|e| config_error(format!("input_codec: {e}")))?;
-        let division = match open_division {
-            true => Division::Open,
-            false => Division::Closed,
-        };
-        policy::check_input(&model, codec.kind, division).map_err(|e| {
-            config_error(format!(
-                "input_codec: {} input compression is refused for model {:?}: {}. The open \
-                 division allows it (open_division=True); otherwise use input_codec=\"none\"",
-                e.codec, e.model, e.rule
-            ))
-        })?;
+        let round: proto::benchmarks::Round = rules
+            .parse()
+            .map_err(|e| config_error(format!("rules: {e}")))?;
+        let compression = proto::benchmarks::check_compression(&model, round, open_division);
+        if let (Err(why), true) = (&compression, codec.compresses()) {
+            return Err(config_error(format!(
+                "input_codec {codec}: {}",
+                why.replace("loadgen-node --open-division", "open_division=True")
+            )));
+        }
+        let model_name = model.clone();
         let config = QdlConfig {
             nodes: node_addrs(nodes)?,
             policy: dispatch
@@ -289,7 +290,10 @@ impl PyQdl {
                 secs => Some(seconds("progress_timeout", secs)?),
             },
             connect_timeout: seconds("connect_timeout", connect_timeout)?,
-            max_answer_bytes,
+            max_answer_bytes: max_answer_bytes.unwrap_or_else(|| {
+                proto::benchmarks::find(&model_name)
+                    .map_or(qdl::DEFAULT_MAX_ANSWER_BYTES, |b| b.max_output_bytes)
+            }),
             tls: client_tls(
                 tls_pin,
                 tls_ca,
@@ -299,6 +303,7 @@ impl PyQdl {
             )?,
             io_threads: io_threads.unwrap_or_else(qdl::default_io_threads),
             max_in_flight: max_in_flight.max(1),
+            answer_compression_refused: compression.err(),
         };
         let loadgen = Arc::new(PythonLoadGen::import(py)?);
         let samples = Arc::new(Samples::default());
