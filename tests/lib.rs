@@ -489,3 +489,39 @@ pub const CHECKER_SUMMING_UP: &[&str] = &[
     "NoResults",
     "SUMMARY: submission has errors",
 ];
+
+/// Runs `loadgen-node` with `args` and returns its output with its peak
+/// resident memory in bytes (from the kernel's accounting of the waited-for
+/// process, `wait4`).
+pub fn loadgen_measured(args: &[&str]) -> (Output, u64) {
+    use std::io::Read;
+    let mut child = Command::new(binary("loadgen-node"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("loadgen-node starts");
+    let read = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = read(Box::new(child.stdout.take().expect("stdout")));
+    let err = read(Box::new(child.stderr.take().expect("stderr")));
+    let mut status = 0;
+    // SAFETY: rusage is plain data the kernel fills in; the pid is our
+    // child's, not yet waited for.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
+    use std::os::unix::process::ExitStatusExt;
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
+    (output, usage.ru_maxrss as u64 * 1024)
+}

@@ -15,39 +15,69 @@ fn mix(h: u64, word: u64) -> u64 {
 /// bytes a step), so that the multiplications overlap: inputs are megabytes,
 /// and the node's cost must stay well below the network's.
 pub fn answer(input: &[u8], len: usize) -> Vec<u8> {
-    let word = |w: &[u8]| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(w);
-        u64::from_le_bytes(b)
-    };
-    let seed = 0xcbf2_9ce4_8422_2325 ^ input.len() as u64;
-    let mut lanes = [seed, seed ^ 1, seed ^ 2, seed ^ 3];
-    let mut blocks = input.chunks_exact(32);
-    for block in &mut blocks {
-        for (i, lane) in lanes.iter_mut().enumerate() {
-            *lane = mix(*lane, word(&block[i * 8..i * 8 + 8]));
+    let mut out = vec![0; len];
+    AnswerStream::new(input).fill(&mut out);
+    out
+}
+
+/// The answer of an input as a stream of bytes, so that an answer of
+/// hundreds of MB can be made, or checked, a piece at a time: the first `n`
+/// bytes of any answer of the input are [`answer`]`(input, n)`.
+pub struct AnswerStream {
+    state: u64,
+    /// The current word and how many of its bytes are used.
+    word: [u8; 8],
+    used: usize,
+}
+
+impl AnswerStream {
+    pub fn new(input: &[u8]) -> Self {
+        let word = |w: &[u8]| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            u64::from_le_bytes(b)
+        };
+        let seed = 0xcbf2_9ce4_8422_2325 ^ input.len() as u64;
+        let mut lanes = [seed, seed ^ 1, seed ^ 2, seed ^ 3];
+        let mut blocks = input.chunks_exact(32);
+        for block in &mut blocks {
+            for (i, lane) in lanes.iter_mut().enumerate() {
+                *lane = mix(*lane, word(&block[i * 8..i * 8 + 8]));
+            }
+        }
+        let mut h = lanes.into_iter().fold(seed, mix);
+        let mut words = blocks.remainder().chunks_exact(8);
+        for w in &mut words {
+            h = mix(h, word(w));
+        }
+        for &b in words.remainder() {
+            h = (h ^ b as u64).wrapping_mul(MUL);
+        }
+        Self {
+            state: h,
+            word: [0; 8],
+            used: 8,
         }
     }
-    let mut h = lanes.into_iter().fold(seed, mix);
-    let mut words = blocks.remainder().chunks_exact(8);
-    for w in &mut words {
-        h = mix(h, word(w));
+
+    /// The next `out.len()` bytes of the answer.
+    pub fn fill(&mut self, out: &mut [u8]) {
+        let mut at = 0;
+        while at < out.len() {
+            if self.used == 8 {
+                self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = self.state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                self.word = (z ^ (z >> 31)).to_le_bytes();
+                self.used = 0;
+            }
+            let take = (8 - self.used).min(out.len() - at);
+            out[at..at + take].copy_from_slice(&self.word[self.used..self.used + take]);
+            self.used += take;
+            at += take;
+        }
     }
-    for &b in words.remainder() {
-        h = (h ^ b as u64).wrapping_mul(MUL);
-    }
-    let mut out = Vec::with_capacity(len);
-    let mut state = h;
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let take = (len - out.len()).min(8);
-        out.extend_from_slice(&z.to_le_bytes()[..take]);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -63,6 +93,16 @@ mod tests {
         assert_ne!(answer(b"12345678abc", 8), answer(b"12345679abc", 8));
         assert_ne!(answer(b"\0", 8), answer(b"\0\0", 8));
         assert_eq!(&answer(b"x", 3)[..], &answer(b"x", 11)[..3]);
+        // A stream read in pieces of any size gives the same bytes.
+        let whole = answer(b"pieces", 100);
+        let mut stream = AnswerStream::new(b"pieces");
+        let mut pieces = Vec::new();
+        for n in [1, 7, 8, 3, 0, 13, 68] {
+            let mut part = vec![0; n];
+            stream.fill(&mut part);
+            pieces.extend(part);
+        }
+        assert_eq!(pieces, whole);
         assert!(answer(b"", 0).is_empty());
         // Every lane, the remainder's words and its last bytes.
         let base: Vec<u8> = (0..75u8).collect();

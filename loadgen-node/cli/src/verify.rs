@@ -3,9 +3,8 @@
 //! that id. A match proves the sample's data crossed the network and its
 //! answer came back to the right response id.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-
-use serde_json::Value;
 
 use crate::exit::Exit;
 use crate::qsl::DataSource;
@@ -35,101 +34,259 @@ impl Verdict {
     }
 }
 
-/// Checks every entry of `accuracy_log` against `data`.
+/// Checks every entry of `accuracy_log` against `data`. The log is read as
+/// a stream, each answer's hex compared with its expected bytes piece by
+/// piece: an answer of hundreds of MB (WAN-2.2's videos, 900 MB of hex)
+/// costs a buffer, not its size.
 pub fn check(accuracy_log: &Path, data: &DataSource) -> Result<Verdict, VerifyError> {
     let path = accuracy_log.display().to_string();
-    let text = std::fs::read_to_string(accuracy_log).map_err(|source| VerifyError::Io {
+    let file = std::fs::File::open(accuracy_log).map_err(|source| VerifyError::Io {
         path: path.clone(),
         source,
     })?;
-    let malformed = |reason: String| VerifyError::Malformed {
-        path: path.clone(),
-        reason,
+    let mut log = LogReader {
+        r: std::io::BufReader::with_capacity(1 << 16, file),
+        path,
     };
-    let entries: Vec<Value> =
-        serde_json::from_str(&text).map_err(|e| malformed(format!("not a JSON array: {e}")))?;
     let mut verdict = Verdict::default();
-    for (n, e) in entries.iter().enumerate() {
-        let (Some(seq), Some(idx), Some(hex)) = (
-            e["seq_id"].as_u64(),
-            e["qsl_idx"].as_u64(),
-            e["data"].as_str(),
-        ) else {
-            return Err(malformed(format!(
-                "entry {n} lacks seq_id, qsl_idx or data"
-            )));
-        };
+    log.expect(b'[')?;
+    let mut n = 0;
+    loop {
+        match log.next_token()? {
+            b']' => return Ok(verdict),
+            b',' if n > 0 => continue,
+            b'{' => {}
+            other => {
+                return Err(log.malformed(format!("entry {n}: unexpected `{}`", other as char)))
+            }
+        }
+        let (seq, idx, why) = log.entry(n, data)?;
         verdict.checked += 1;
-        let Some(got) = from_hex(hex) else {
-            verdict
-                .mismatches
-                .push((seq, idx, "data is not hexadecimal".into()));
-            continue;
+        if let Some(why) = why {
+            verdict.mismatches.push((seq, idx, why));
+        }
+        n += 1;
+    }
+}
+
+/// The value of each byte as a hex digit; 16 and above: not one.
+const HEX_VALUE: [u8; 256] = {
+    let mut t = [255u8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The reader's next bytes (none at the end of the file).
+fn fill<'a, R: BufRead>(r: &'a mut R, path: &str) -> Result<&'a [u8], VerifyError> {
+    r.fill_buf().map_err(|source| VerifyError::Io {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// A streaming reader of an accuracy log's JSON: an array of flat objects of
+/// numbers and strings.
+struct LogReader<R: BufRead> {
+    r: R,
+    path: String,
+}
+
+impl<R: BufRead> LogReader<R> {
+    fn malformed(&self, reason: String) -> VerifyError {
+        VerifyError::Malformed {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    /// The next byte, or an error at the end of the file.
+    fn byte(&mut self) -> Result<u8, VerifyError> {
+        let buf = fill(&mut self.r, &self.path)?;
+        let Some(&b) = buf.first() else {
+            return Err(self.malformed("the file ends inside the array".into()));
         };
+        self.r.consume(1);
+        Ok(b)
+    }
+
+    /// The next byte that is not white space.
+    fn next_token(&mut self) -> Result<u8, VerifyError> {
+        loop {
+            let b = self.byte()?;
+            if !b.is_ascii_whitespace() {
+                return Ok(b);
+            }
+        }
+    }
+
+    fn expect(&mut self, want: u8) -> Result<(), VerifyError> {
+        match self.next_token()? {
+            b if b == want => Ok(()),
+            b => Err(self.malformed(format!(
+                "expected `{}`, found `{}`",
+                want as char, b as char
+            ))),
+        }
+    }
+
+    /// A short string (a key), after its opening quote.
+    fn short_string(&mut self) -> Result<String, VerifyError> {
+        let mut s = Vec::new();
+        loop {
+            match self.byte()? {
+                b'"' => return Ok(String::from_utf8_lossy(&s).into_owned()),
+                _ if s.len() > 64 => return Err(self.malformed("a key is too long".into())),
+                b => s.push(b),
+            }
+        }
+    }
+
+    /// A number's digits, the first given; returns it and the byte after.
+    fn number(&mut self, first: u8) -> Result<(u64, u8), VerifyError> {
+        let mut v: u64 = 0;
+        let mut b = first;
+        while b.is_ascii_digit() {
+            v = v
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                .ok_or_else(|| self.malformed("a number is too large".into()))?;
+            b = self.byte()?;
+        }
+        Ok((v, b))
+    }
+
+    /// A string's bytes, after its opening quote, handed to `f` a buffer at
+    /// a time.
+    fn string_pieces(&mut self, mut f: impl FnMut(&[u8])) -> Result<(), VerifyError> {
+        loop {
+            let buf = fill(&mut self.r, &self.path)?;
+            if buf.is_empty() {
+                return Err(self.malformed("the file ends inside a string".into()));
+            }
+            match buf.iter().position(|&b| b == b'"') {
+                Some(end) => {
+                    f(&buf[..end]);
+                    self.r.consume(end + 1);
+                    return Ok(());
+                }
+                None => {
+                    let n = buf.len();
+                    f(buf);
+                    self.r.consume(n);
+                }
+            }
+        }
+    }
+
+    /// One entry, after its `{`: its seq_id and qsl_idx, and why its data
+    /// is not the synthetic answer of its sample, if it is not.
+    fn entry(
+        &mut self,
+        n: usize,
+        data: &DataSource,
+    ) -> Result<(u64, u64, Option<String>), VerifyError> {
+        let (mut seq, mut idx, mut why) = (None, None, None);
+        let mut seen_data = false;
+        loop {
+            match self.next_token()? {
+                b'}' => break,
+                b',' => continue,
+                b'"' => {}
+                b => return Err(self.malformed(format!("entry {n}: unexpected `{}`", b as char))),
+            }
+            let key = self.short_string()?;
+            self.expect(b':')?;
+            let first = self.next_token()?;
+            match (key.as_str(), first) {
+                ("data", b'"') => {
+                    let idx = idx
+                        .ok_or_else(|| self.malformed(format!("entry {n}: data before qsl_idx")))?;
+                    why = self.compare(idx, data)?;
+                    seen_data = true;
+                }
+                (_, b'"') => self.string_pieces(|_| ())?,
+                (_, b) if b.is_ascii_digit() => {
+                    let (v, after) = self.number(b)?;
+                    match key.as_str() {
+                        "seq_id" => seq = Some(v),
+                        "qsl_idx" => idx = Some(v),
+                        _ => {}
+                    }
+                    match after {
+                        b'}' => break,
+                        b',' => {}
+                        b if b.is_ascii_whitespace() => {}
+                        b => {
+                            return Err(self.malformed(format!(
+                                "entry {n}: unexpected `{}` after {key}",
+                                b as char
+                            )))
+                        }
+                    }
+                }
+                (_, b) => {
+                    return Err(self.malformed(format!("entry {n}: {key} holds `{}`", b as char)))
+                }
+            }
+        }
+        match (seq, idx, seen_data) {
+            (Some(seq), Some(idx), true) => Ok((seq, idx, why)),
+            _ => Err(self.malformed(format!("entry {n} lacks seq_id, qsl_idx or data"))),
+        }
+    }
+
+    /// Reads a data string, comparing it with the synthetic answer of
+    /// sample `idx` as it goes.
+    fn compare(&mut self, idx: u64, data: &DataSource) -> Result<Option<String>, VerifyError> {
         let input = match data.read(idx as usize) {
             Ok(i) => i,
             Err(e) => {
-                verdict.mismatches.push((seq, idx, e.0));
-                continue;
+                self.string_pieces(|_| ())?;
+                return Ok(Some(e.0));
             }
         };
-        if got != proto::synthetic::answer(&input, got.len()) {
-            verdict.mismatches.push((
-                seq,
-                idx,
-                "the answer is not that of this sample's data".into(),
-            ));
-        }
-    }
-    Ok(verdict)
-}
-
-fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::qsl::synthetic_sample;
-
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02X}")).collect()
-    }
-
-    #[test]
-    fn matches_and_mismatches() {
-        let data = DataSource::Synthetic {
-            sample_bytes: 32,
-            total: 10,
-            tensors: &[],
+        let mut expected = proto::synthetic::AnswerStream::new(&input);
+        let (mut hex_ok, mut same) = (true, true);
+        let mut nibble: Option<u8> = None;
+        let (mut got, mut want) = (Vec::with_capacity(1 << 15), vec![0u8; 1 << 15]);
+        let mut compare = |got: &mut Vec<u8>| {
+            let want = &mut want[..got.len()];
+            expected.fill(want);
+            same &= *got == *want;
+            got.clear();
         };
-        let good = proto::synthetic::answer(&synthetic_sample(3, 32), 8);
-        let other = proto::synthetic::answer(&synthetic_sample(4, 32), 8);
-        let log = format!(
-            "[\n{{ \"seq_id\" : 0, \"qsl_idx\" : 3, \"data\" : \"{}\" }},\n{{ \"seq_id\" : 1, \"qsl_idx\" : 3, \"data\" : \"{}\" }}\n]\n",
-            hex(&good),
-            hex(&other)
-        );
-        let path = std::env::temp_dir().join(format!("verify-{}.json", std::process::id()));
-        std::fs::write(&path, log).unwrap();
-        let v = check(&path, &data).unwrap();
-        assert_eq!(v.checked, 2);
-        assert_eq!(v.mismatches.len(), 1);
-        assert_eq!((v.mismatches[0].0, v.mismatches[0].1), (1, 3));
-        assert!(!v.passed());
-
-        std::fs::write(&path, "[{\"seq_id\": 1}]").unwrap();
-        assert!(check(&path, &data)
-            .unwrap_err()
-            .to_string()
-            .contains("entry 0 lacks"));
+        self.string_pieces(|piece| {
+            for &c in piece {
+                let v = HEX_VALUE[c as usize];
+                if v > 15 {
+                    hex_ok = false;
+                    continue;
+                }
+                match nibble.take() {
+                    None => nibble = Some(v),
+                    Some(high) => got.push(high << 4 | v),
+                }
+            }
+            if got.len() >= 1 << 14 {
+                compare(&mut got);
+            }
+        })?;
+        compare(&mut got);
+        Ok(match (hex_ok && nibble.is_none(), same) {
+            (false, _) => Some("data is not hexadecimal".into()),
+            (true, false) => Some("the answer is not that of this sample's data".into()),
+            (true, true) => None,
+        })
     }
 }
 
@@ -188,4 +345,74 @@ pub fn check_synthetic(args: &CheckSyntheticArgs) -> anyhow::Result<Exit> {
     }
     print_mismatches(&verdict);
     Ok(Exit::SyntheticMismatch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qsl::synthetic_sample;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02X}")).collect()
+    }
+
+    #[test]
+    fn matches_and_mismatches() {
+        let data = DataSource::Synthetic {
+            sample_bytes: 32,
+            total: 10,
+            tensors: &[],
+        };
+        let good = proto::synthetic::answer(&synthetic_sample(3, 32), 8);
+        let other = proto::synthetic::answer(&synthetic_sample(4, 32), 8);
+        let log = format!(
+            "[\n{{ \"seq_id\" : 0, \"qsl_idx\" : 3, \"data\" : \"{}\" }},\n{{ \"seq_id\" : 1, \"qsl_idx\" : 3, \"data\" : \"{}\" }}\n]\n",
+            hex(&good),
+            hex(&other)
+        );
+        let path = std::env::temp_dir().join(format!("verify-{}.json", std::process::id()));
+        std::fs::write(&path, log).unwrap();
+        let v = check(&path, &data).unwrap();
+        assert_eq!(v.checked, 2);
+        assert_eq!(v.mismatches.len(), 1);
+        assert_eq!((v.mismatches[0].0, v.mismatches[0].1), (1, 3));
+        assert!(!v.passed());
+
+        std::fs::write(&path, "[{\"seq_id\": 1}]").unwrap();
+        assert!(check(&path, &data)
+            .unwrap_err()
+            .to_string()
+            .contains("entry 0 lacks"));
+
+        // Token fields, odd and bad hex, a sample outside the data set, an
+        // empty log, and a log cut short.
+        let tokens = format!(
+            "[{{\"seq_id\":5,\"qsl_idx\":3,\"data\":\"{}\",\"token_data\":\"AB\",\"token_count\":2}},\n\
+             {{ \"seq_id\" : 6, \"qsl_idx\" : 3, \"data\" : \"ABC\" }},\n\
+             {{ \"seq_id\" : 7, \"qsl_idx\" : 3, \"data\" : \"ZZ\" }},\n\
+             {{ \"seq_id\" : 8, \"qsl_idx\" : 99, \"data\" : \"00\" }}]",
+            hex(&good)
+        );
+        std::fs::write(&path, tokens).unwrap();
+        let v = check(&path, &data).unwrap();
+        assert_eq!(v.checked, 4);
+        let why: Vec<&str> = v.mismatches.iter().map(|m| m.2.as_str()).collect();
+        assert_eq!(
+            why[..2],
+            ["data is not hexadecimal", "data is not hexadecimal"]
+        );
+        assert!(why[2].contains("not in the data set"), "{why:?}");
+        std::fs::write(&path, "[\n]\n").unwrap();
+        assert_eq!(check(&path, &data).unwrap().checked, 0);
+        std::fs::write(
+            &path,
+            format!("[{{\"seq_id\":0,\"qsl_idx\":3,\"data\":\"{}", hex(&good)),
+        )
+        .unwrap();
+        assert!(check(&path, &data)
+            .unwrap_err()
+            .to_string()
+            .contains("ends inside"));
+        let _ = std::fs::remove_file(&path);
+    }
 }
