@@ -6,7 +6,8 @@
 //! and reported by `observe`. Around it: the Query Sample Library that holds
 //! the data (`qsl`), the built-in benchmark table, the live progress line,
 //! the commands besides a single run (`audit`, `submission`, `preflight`,
-//! `report`, `check-synthetic`) and the exit statuses they share (`exit`).
+//! `report`, `check-synthetic`, `suite`) and the exit statuses they share
+//! (`exit`).
 
 pub mod args;
 pub mod audit;
@@ -28,6 +29,7 @@ pub mod progress;
 pub mod qsl;
 pub mod report;
 pub mod submission;
+pub mod suite;
 mod system;
 pub mod tls;
 pub mod verify;

@@ -12,6 +12,7 @@ use loadgen_cli::exit::Exit;
 use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::report::ReportArgs;
 use loadgen_cli::submission::{submission, SubmissionArgs};
+use loadgen_cli::suite::SuiteArgs;
 use loadgen_cli::verify::{check_synthetic, CheckSyntheticArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -77,6 +78,10 @@ enum Command {
     /// that a submission plan on synthetic nodes can use it as its
     /// accuracy_command. Exit status 3 if any answer does not match.
     CheckSynthetic(CheckSyntheticArgs),
+    /// Print the suite: every benchmark of mlperf.conf with its input and
+    /// answer sizes and, for a round of the rules, its checker folder,
+    /// allowed compression, minimum bandwidth and required audits.
+    Suite(SuiteArgs),
 }
 
 fn main() -> ExitCode {
@@ -101,6 +106,10 @@ fn main() -> ExitCode {
         Some(Command::Preflight(args)) => preflight(args),
         Some(Command::Submission(args)) => submission(args),
         Some(Command::CheckSynthetic(args)) => check_synthetic(args),
+        Some(Command::Suite(args)) => {
+            loadgen_cli::suite::print(args);
+            Ok(Exit::Done)
+        }
         Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| Exit::Done),
         None => run(&cli.run),
     };

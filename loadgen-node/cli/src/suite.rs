@@ -1,0 +1,140 @@
+//! `loadgen-node suite`: the suite table as this node knows it, for one
+//! round of the rules (docs/operator-guide.md holds its output).
+
+use std::fmt::Write as _;
+
+use crate::benchmarks::{self, Benchmark, Compression, Round, Volume};
+
+/// The flags of `loadgen-node suite`.
+#[derive(clap::Args, Debug)]
+pub struct SuiteArgs {
+    /// The round of the rules: v6.1 (current) or v5.1.
+    #[arg(long, value_name = "ROUND", default_value_t = Round::CURRENT)]
+    pub rules: Round,
+}
+
+/// Prints the table.
+pub fn print(args: &SuiteArgs) {
+    print!("{}", table(args.rules));
+}
+
+fn bytes(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn volume(v: Option<Volume>) -> String {
+    match v {
+        None => "no row".into(),
+        Some(Volume::Negligible) => "> 0".into(),
+        Some(Volume::Elements(n)) => format!("{} x dtype", bytes(n as usize)),
+        Some(Volume::Bytes(n)) => format!("{} B", bytes(n as usize)),
+    }
+}
+
+fn input(b: &Benchmark) -> String {
+    b.input
+        .iter()
+        .map(|t| {
+            let dims: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+            // `|u1` would end a Markdown cell.
+            format!(
+                "{} {} [{}]",
+                t.name,
+                t.dtype.replace('|', "\\|"),
+                dims.join("x")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// The table of `round`, as a Markdown table.
+pub fn table(round: Round) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| model | input (per sample) | bytes in | bytes out | data set | tokens | {round}: checker folder | compression | bandwidth in / out | audits |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    for b in benchmarks::BENCHMARKS {
+        let rules = b.rules(round);
+        let (checker, compression, bandwidth, audits) = match (rules, b.retired) {
+            (_, Some(_)) => ("retired".to_string(), "-".into(), "-".into(), "-".into()),
+            (None, None) => (
+                format!("not in {round}"),
+                "none".into(),
+                "-".into(),
+                "-".into(),
+            ),
+            (Some(r), None) => (
+                r.checker.join(", "),
+                match r.compression {
+                    Compression::Lossless => "lossless".to_string(),
+                    Compression::None => "none".to_string(),
+                },
+                format!("{} / {}", volume(r.ingress), volume(r.egress)),
+                match r.audits {
+                    [] => "none".to_string(),
+                    a => a.iter().map(|a| a.name()).collect::<Vec<_>>().join(", "),
+                },
+            ),
+        };
+        let name = match b.aliases {
+            [] => b.model.to_string(),
+            a => format!("{} ({})", b.model, a.join(", ")),
+        };
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} | {checker} | {compression} | {bandwidth} | {audits} |",
+            input(b),
+            bytes(b.input_bytes()),
+            bytes(b.output_bytes),
+            bytes(b.total_samples),
+            if b.llm { "yes" } else { "no" },
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_has_a_row() {
+        let t = table(Round::CURRENT);
+        assert_eq!(t.lines().count(), benchmarks::BENCHMARKS.len() + 2);
+        assert!(
+            t.contains("| wan-2.2-t2v-a14b | prompt \\|u1 [256] | 256 | 449,740,800 |"),
+            "{t}"
+        );
+        assert!(t.contains("> 0 / 224,870,400 x dtype | TEST04 |"), "{t}");
+        assert!(table(Round::V5_1).contains("| dlrm-v2 |"));
+        assert_eq!(bytes(1000), "1,000");
+        assert_eq!(bytes(7), "7");
+    }
+
+    #[test]
+    fn the_operator_guide_holds_the_current_table() {
+        let guide = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/operator-guide.md"
+        ))
+        .unwrap();
+        let open = "<!-- loadgen-node suite -->\n";
+        let start = guide.find(open).expect("the table's marker") + open.len();
+        let end = start + guide[start..].find("<!-- end -->").expect("its end");
+        assert!(
+            guide[start..end] == table(Round::CURRENT),
+            "docs/operator-guide.md: paste the output of `loadgen-node suite` in"
+        );
+    }
+}
