@@ -493,6 +493,8 @@ pub const CHECKER_SUMMING_UP: &[&str] = &[
 /// Runs `loadgen-node` with `args` and returns its output with its peak
 /// resident memory in bytes (from the kernel's accounting of the waited-for
 /// process, `wait4`).
+// The child is reaped by wait4, which also gives its peak memory.
+#[allow(clippy::zombie_processes)]
 pub fn loadgen_measured(args: &[&str]) -> (Output, u64) {
     use std::io::Read;
     let mut child = Command::new(binary("loadgen-node"))

@@ -335,7 +335,7 @@ fn input_dtype_size(b: &Benchmark) -> u64 {
 /// the rules' element count (WAN-2.2's bf16 video: 2); else 4.
 fn output_dtype_size(b: &Benchmark, egress: Volume) -> u64 {
     match egress {
-        Volume::Elements(n) if n > 0 && b.output_bytes as u64 % n == 0 => {
+        Volume::Elements(n) if n > 0 && (b.output_bytes as u64).is_multiple_of(n) => {
             (b.output_bytes as u64 / n).max(1)
         }
         _ => 4,

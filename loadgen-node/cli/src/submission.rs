@@ -974,6 +974,64 @@ target_qps = 2000
     }
 
     #[test]
+    fn the_suite_table_decides_folders_audits_and_rounds() {
+        let now = Round::CURRENT;
+        assert_eq!(checker_benchmark("resnet50", now), Ok("resnet"));
+        assert_eq!(checker_benchmark("llama3.1-8b", now), Ok("llama3.1-8b"));
+        assert_eq!(
+            checker_benchmark("wan-2.2-t2v-a14b", now),
+            Ok("wan-2.2-t2v-a14b")
+        );
+        let e = checker_benchmark("retinanet", now).unwrap_err();
+        assert!(
+            e.contains("not a benchmark of the v6.1 rules") && e.contains("v5.1"),
+            "{e}"
+        );
+        assert_eq!(checker_benchmark("retinanet", Round::V5_1), Ok("retinanet"));
+        assert!(checker_benchmark("rnnt", now)
+            .unwrap_err()
+            .contains("retired"));
+        assert_eq!(
+            scenario_folder("llama2-70b-interactive", Scenario::Server),
+            "Interactive"
+        );
+        assert_eq!(scenario_folder("llama2-70b", Scenario::Server), "Server");
+
+        let p = plan(&GOOD.replace("resnet50", "llama3.1-8b")).unwrap();
+        let b = &p.benchmarks[0];
+        assert_eq!(
+            (b.model.as_str(), b.benchmark.as_str()),
+            ("llama3_1-8b", "llama3.1-8b")
+        );
+        assert_eq!(p.checker_version, "v6.1");
+        let args = run_args(&p, b, Scenario::Offline).unwrap();
+        assert_eq!(args.rules, now);
+        let old = plan(&format!(
+            "rules = \"v5.1\"\n{}",
+            GOOD.replace("resnet50", "retinanet")
+        ))
+        .unwrap();
+        assert_eq!(
+            (old.rules, old.checker_version.as_str()),
+            (Round::V5_1, "v6.0")
+        );
+        let e = plan(&format!("rules = \"v7\"\n{GOOD}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plan.toml: rules: unknown round `v7`"), "{e}");
+        let e = plan(&GOOD.replace(
+            "model = \"resnet50\"",
+            "model = \"resnet50\"\nbenchmark = \"bert-99\"",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("one of the checker's folders for resnet50: resnet"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_plans_are_named() {
         let err = plan(&GOOD.replace("resnet50", "resnet51"))
             .unwrap_err()
