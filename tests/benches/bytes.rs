@@ -17,12 +17,14 @@
 //! 2,097,152 B, from small inputs; the node's answers are random, so
 //! `--output-codec lz4` shows the codec's cost, not a gain), and ResNet50
 //! fp32 with `--input-codec lz4|zstd` (closed division allows compressed
-//! image inputs).
+//! image inputs), and WAN-2.2's answer (one 720p video in bf16, 449,740,800
+//! B; a few samples: the node makes each answer before sending it, which
+//! raw TCP does not).
 //!
 //! `cargo bench -p tests --bench bytes` (builds the release binaries
 //! first). BENCH_QUICK=1 shortens every run; BENCH_CASES=name,name picks
 //! cases (r50-fp32, r50-u8, bert, unet-answer, unet-answer-lz4, r50-lz4,
-//! r50-zstd, r50-quic-conns).
+//! r50-zstd, r50-quic-conns, wan-answer).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -43,6 +45,7 @@ const RESNET50_FP32: usize = 602_112;
 const RESNET50_U8: usize = 150_528;
 const BERT: usize = 4_608;
 const UNET_ANSWER: usize = 2_097_152;
+const WAN_ANSWER: usize = 224_870_400 * 2;
 
 fn main() {
     match std::env::var(ROLE).as_deref() {
@@ -73,6 +76,8 @@ fn main() {
         "bytes-4",
         &[&answers[..], &["--output-codec", "lz4"]].concat(),
     );
+    let wan_answers = WAN_ANSWER.to_string();
+    let huge = SutNode::start("bytes-5", &["--output-size", &wan_answers]);
     let pin = |n: &SutNode| vec!["--tls-pin".to_string(), n.fingerprint.clone().expect("pin")];
     let grpc = |n: &SutNode| Way {
         label: "grpc",
@@ -131,6 +136,16 @@ fn main() {
         (
             input("r50-zstd", RESNET50_FP32, "zstd"),
             vec![grpc(&plain), quic(&plain, &[])],
+        ),
+        (
+            Case {
+                name: "wan-answer",
+                bytes: WAN_ANSWER,
+                sample_bytes: 256,
+                answer_bytes: Some(WAN_ANSWER),
+                codec: "none",
+            },
+            vec![grpc(&huge), quic(&huge, &[])],
         ),
         (
             input("r50-quic-conns", RESNET50_FP32, "none"),
@@ -233,7 +248,9 @@ impl Bench {
     fn through_qdl(&self, way: &Way, case: &Case) -> f64 {
         // Aim at `secs` at 4 Gbit/s; slower ways take longer, faster ones
         // less, never under 64 samples.
-        let samples = ((4e9 / 8.0 / case.bytes as f64) * self.secs).max(64.0);
+        // Videos: a few are enough, and each is seconds of work.
+        let least = if case.bytes > 64 << 20 { 6.0 } else { 64.0 };
+        let samples = ((4e9 / 8.0 / case.bytes as f64) * self.secs).max(least);
         let out = scratch(&format!("bytes-{}-{}", case.name, way.label));
         let pool = if case.sample_bytes > 100_000 {
             "256"
