@@ -385,9 +385,15 @@ fn display_each<T: fmt::Display, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, 
     s.collect_seq(v.iter().map(|x| x.to_string()))
 }
 
-/// Seconds to the nanosecond, as the flags take them.
+/// Seconds to the nanosecond, as the flags take them (`10`, `0.25`).
 fn duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&format_args!("{}.{:09}", d.as_secs(), d.subsec_nanos()))
+    let text = match d.subsec_nanos() {
+        0 => d.as_secs().to_string(),
+        ns => format!("{}.{ns:09}", d.as_secs())
+            .trim_end_matches('0')
+            .to_string(),
+    };
+    s.serialize_str(&text)
 }
 
 impl RunArgs {
