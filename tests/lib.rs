@@ -59,8 +59,13 @@ impl SutNode {
     /// Starts a synthetic sut-node on a free loopback port and waits for its
     /// ready line.
     pub fn start(name: &str, extra: &[&str]) -> SutNode {
+        Self::start_at("127.0.0.1:0", name, extra)
+    }
+
+    /// `start`, listening on `listen` (`host:port`; port 0 picks one).
+    pub fn start_at(listen: &str, name: &str, extra: &[&str]) -> SutNode {
         let mut child = Command::new(binary("sut-node"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--name", name])
+            .args(["serve", "--listen", listen, "--name", name])
             .args(["--backend", "synthetic"])
             .env("RUST_LOG", "warn")
             .args(extra)

@@ -30,9 +30,14 @@ pub const PLACEHOLDER: &str = "[FILL IN]";
 /// The flags of `loadgen-node preflight`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PreflightArgs {
-    /// The sut-nodes, as for a run (`host:port`, `grpcs://`, `quic://`).
-    #[arg(long)]
+    /// The sut-nodes, as for a run (`host:port`, `grpcs://`, `quic://`,
+    /// `dns://NAME:PORT`).
+    #[arg(long, required_unless_present = "sut_file", default_value = "")]
     pub sut: String,
+
+    /// More sut-nodes, one address per line, as for a run.
+    #[arg(long, value_name = "FILE")]
+    pub sut_file: Option<PathBuf>,
 
     /// The benchmark: its sample size is what the throughput probes send.
     #[arg(long, default_value = "resnet50")]
@@ -188,12 +193,9 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
         .filter(|d| !d.is_zero())
         .context("--connect-timeout must be a positive number")?;
     let tls = args.tls.client_tls()?;
-    let addrs = args
-        .sut
-        .split(',')
-        .map(|a| a.trim().parse::<NodeAddr>())
-        .collect::<Result<Vec<_>, _>>()
-        .context("--sut")?;
+    let found = qdl::find_nodes(&args.sut, args.sut_file.as_deref(), Duration::ZERO, |_| {})
+        .context("the sut-nodes (--sut, --sut-file)")?;
+    let addrs = found.nodes;
     // One sample, encoded as the run would send it.
     let raw = synthetic_sample(0, sample_bytes);
     let payload = Bytes::from(args.input_codec.codec().compress(&raw));

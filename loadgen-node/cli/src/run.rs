@@ -18,7 +18,7 @@ use loadgen_engine::live::LiveStats;
 use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
 use loadgen_engine::runner::{start_test_with_live, AuditConfig, LogSettings, TestOutcome};
 use loadgen_engine::{QuerySampleLibrary, Scenario, TestMode, TestSettings};
-use qdl::{Codec, NodeAddr, Qdl, QdlConfig};
+use qdl::{Codec, Qdl, QdlConfig};
 
 /// Which LoadGen runs the test.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +41,25 @@ pub struct RunArgs {
 
     /// The system under test: a comma-separated list of sut-node addresses
     /// (`host:port` or `grpc://host:port` for gRPC, `grpcs://host:port` for
-    /// gRPC over TLS, `quic://host:port` for QUIC; kinds may be mixed), or
-    /// `null` for the in-process null SUT that measures the harness itself.
-    #[arg(long, default_value = "null")]
+    /// gRPC over TLS, `quic://host:port` for QUIC; kinds may be mixed;
+    /// `dns://NAME:PORT` for one node per address of a DNS name, resolved
+    /// once before the run, `?nodes=N` to wait for N of them, and
+    /// `dns+grpcs://`, `dns+quic://` for the other transports), or `null`
+    /// for the in-process null SUT that measures the harness itself
+    /// [default: null, or none with --sut-file].
+    #[arg(
+        long,
+        default_value = "null",
+        hide_default_value = true,
+        default_value_if("sut_file", clap::builder::ArgPredicate::IsPresent, "")
+    )]
     pub sut: String,
+
+    /// More sut-nodes, after those of --sut: a file of one address per line
+    /// (any form --sut takes), `#` starting a comment, as a launcher writes
+    /// it (deploy/slurm/).
+    #[arg(long, value_name = "FILE")]
+    pub sut_file: Option<PathBuf>,
 
     /// Benchmark model name, as used by mlperf.conf keys (e.g. resnet50, bert,
     /// llama2-70b, 3d-unet).
@@ -316,13 +331,16 @@ pub(crate) fn run_native(args: &RunArgs) -> Result<ExitCode> {
 
 /// The QDL's settings from the flags (both engines).
 pub(crate) fn qdl_config(args: &RunArgs, qsl: &DataQsl) -> Result<QdlConfig> {
+    let found = qdl::find_nodes(
+        &args.sut,
+        args.sut_file.as_deref(),
+        Duration::try_from_secs_f64(args.ready_timeout).unwrap_or_default(),
+        |waiting| eprintln!("loadgen-node: {waiting}"),
+    )
+    .context("the sut-nodes (--sut, --sut-file)")?;
     let config = QdlConfig {
-        nodes: args
-            .sut
-            .split(',')
-            .map(|a| a.trim().parse::<NodeAddr>())
-            .collect::<Result<Vec<_>, _>>()
-            .context("--sut")?,
+        nodes: found.nodes,
+        resolved: found.resolved.iter().map(ToString::to_string).collect(),
         policy: args.dispatch.parse().context("--dispatch")?,
         connections_per_node: args.connections_per_node,
         model: args.model.clone(),
