@@ -67,7 +67,10 @@ fn server_run(sut: &str, tag: &str) -> (std::path::PathBuf, Usage) {
         ])
         .args(DATA)
         .args(["--set", "target_qps=3000", "--set", "min_duration=1500"])
-        .args(["--set", "min_query_count=100", "--output-dir"])
+        .args(["--set", "min_query_count=100"])
+        // A node that stops answering fails the run in seconds, naming it.
+        .args(["--node-timeout", "5", "--progress-timeout", "20"])
+        .arg("--output-dir")
         .arg(&out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
