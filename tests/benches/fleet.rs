@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tests::{detail_value, median, scratch, text, SutNode};
+use tests::{detail_value, median, scratch, text, SutNode, Usage};
 
 const FLEET: usize = 64;
 const ROUNDS: usize = 3;
@@ -29,13 +29,6 @@ const ROUNDS: usize = 3;
 struct Bench {
     quick: bool,
     loadgen: PathBuf,
-}
-
-/// What one loadgen-node run used, read from /proc while it ran.
-#[derive(Clone, Copy, Default)]
-struct Usage {
-    peak_rss: u64,
-    threads: u64,
 }
 
 impl Bench {
@@ -62,25 +55,8 @@ impl Bench {
         for s in sets {
             cmd.args(["--set", s]);
         }
-        let mut child = cmd.spawn().expect("loadgen-node starts");
-        let status = format!("/proc/{}/status", child.id());
-        let mut usage = Usage::default();
-        while child.try_wait().expect("wait").is_none() {
-            if let Ok(s) = std::fs::read_to_string(&status) {
-                let field = |key: &str| -> Option<u64> {
-                    s.lines()
-                        .find(|l| l.starts_with(key))?
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse()
-                        .ok()
-                };
-                usage.peak_rss = usage.peak_rss.max(field("VmHWM:").unwrap_or(0) * 1024);
-                usage.threads = usage.threads.max(field("Threads:").unwrap_or(0));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let o = child.wait_with_output().expect("loadgen-node ends");
+        let child = cmd.spawn().expect("loadgen-node starts");
+        let (o, usage) = tests::wait_measured(child, Duration::from_millis(50));
         if !o.status.success() {
             panic!("loadgen-node failed on {tag}: {}", text(&o.stderr));
         }
@@ -122,17 +98,9 @@ impl Bench {
     }
 }
 
-/// Starts `n` nodes concurrently, one network thread each.
+/// Starts `n` nodes, one network thread each.
 fn nodes(prefix: &str, n: usize) -> Vec<SutNode> {
-    std::thread::scope(|s| {
-        let started: Vec<_> = (1..=n)
-            .map(|i| s.spawn(move || SutNode::start(&format!("{prefix}-{i}"), &["--threads", "1"])))
-            .collect();
-        started
-            .into_iter()
-            .map(|h| h.join().expect("a node starts"))
-            .collect()
-    })
+    SutNode::start_many(prefix, n, &["--threads", "1"])
 }
 
 fn main() {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tests::{binary, detail_value, scratch, text, SutNode};
+use tests::{binary, detail_value, scratch, sut_list, text, SutNode, Usage};
 
 use tests::SMALL_DATA as DATA;
 
@@ -27,36 +27,14 @@ const SPREAD_TOLERANCE: f64 = 0.5;
 /// would measure each other.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Starts `n` nodes named `PREFIX-1`... concurrently (each waits for its
-/// backend's warm-up).
 fn fleet(prefix: &str, n: usize) -> Vec<SutNode> {
-    std::thread::scope(|s| {
-        let started: Vec<_> = (1..=n)
-            .map(|i| s.spawn(move || SutNode::start(&format!("{prefix}-{i}"), &[])))
-            .collect();
-        started
-            .into_iter()
-            .map(|h| h.join().expect("a node starts"))
-            .collect()
-    })
-}
-
-fn sut_list(nodes: &[SutNode]) -> String {
-    tests::sut_list(nodes)
-}
-
-/// What one run of loadgen-node used, read from /proc while it ran.
-struct Usage {
-    /// Peak resident memory (VmHWM), bytes.
-    peak_rss: u64,
-    /// Most threads seen at once.
-    threads: u64,
+    SutNode::start_many(prefix, n, &[])
 }
 
 /// A Server run through `sut`; returns its output directory and usage.
 fn server_run(sut: &str, tag: &str) -> (std::path::PathBuf, Usage) {
     let out = scratch(tag);
-    let mut child = Command::new(binary("loadgen-node"))
+    let child = Command::new(binary("loadgen-node"))
         .args([
             "--sut",
             sut,
@@ -76,27 +54,7 @@ fn server_run(sut: &str, tag: &str) -> (std::path::PathBuf, Usage) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("loadgen-node starts");
-    let status = format!("/proc/{}/status", child.id());
-    let mut usage = Usage {
-        peak_rss: 0,
-        threads: 0,
-    };
-    let field = |text: &str, key: &str| -> Option<u64> {
-        let line = text.lines().find(|l| l.starts_with(key))?;
-        line.split_whitespace().nth(1)?.parse().ok()
-    };
-    while child.try_wait().expect("wait").is_none() {
-        if let Ok(s) = std::fs::read_to_string(&status) {
-            if let Some(kb) = field(&s, "VmHWM:") {
-                usage.peak_rss = usage.peak_rss.max(kb * 1024);
-            }
-            if let Some(t) = field(&s, "Threads:") {
-                usage.threads = usage.threads.max(t);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().expect("loadgen-node ends");
+    let (o, usage) = tests::wait_measured(child, Duration::from_millis(20));
     assert!(o.status.success(), "{tag}: {}", text(&o.stderr));
     (out, usage)
 }
