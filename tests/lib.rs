@@ -59,8 +59,13 @@ impl SutNode {
     /// Starts a synthetic sut-node on a free loopback port and waits for its
     /// ready line.
     pub fn start(name: &str, extra: &[&str]) -> SutNode {
+        Self::start_at("127.0.0.1:0", name, extra)
+    }
+
+    /// `start`, listening on `listen` (`host:port`; port 0 picks one).
+    pub fn start_at(listen: &str, name: &str, extra: &[&str]) -> SutNode {
         let mut child = Command::new(binary("sut-node"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--name", name])
+            .args(["serve", "--listen", listen, "--name", name])
             .args(["--backend", "synthetic"])
             .env("RUST_LOG", "warn")
             .args(extra)
@@ -119,6 +124,20 @@ impl SutNode {
             fingerprint,
             child,
         }
+    }
+
+    /// Starts `n` nodes named `PREFIX-1`... concurrently (each waits for its
+    /// backend's warm-up), all with `extra`.
+    pub fn start_many(prefix: &str, n: usize, extra: &[&str]) -> Vec<SutNode> {
+        std::thread::scope(|s| {
+            let started: Vec<_> = (1..=n)
+                .map(|i| s.spawn(move || SutNode::start(&format!("{prefix}-{i}"), extra)))
+                .collect();
+            started
+                .into_iter()
+                .map(|h| h.join().expect("a node starts"))
+                .collect()
+        })
     }
 
     pub fn pid(&self) -> i32 {
@@ -274,6 +293,38 @@ pub fn node_failure_ends_run(
     let summary = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap_or_default();
     assert!(summary.contains("Result is : INVALID"), "{summary}");
     assert!(summary.contains(victim_addr), "{summary}");
+}
+
+/// What a process used, read from /proc while it ran.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// Peak resident memory (VmHWM), bytes.
+    pub peak_rss: u64,
+    /// Most threads seen at once.
+    pub threads: u64,
+}
+
+/// Waits for `child`, reading its peak memory and thread count from /proc
+/// every `every` while it runs; returns its output and what it used.
+pub fn wait_measured(mut child: Child, every: Duration) -> (Output, Usage) {
+    let status = format!("/proc/{}/status", child.id());
+    let mut usage = Usage::default();
+    while child.try_wait().expect("wait").is_none() {
+        if let Ok(s) = std::fs::read_to_string(&status) {
+            let field = |key: &str| -> Option<u64> {
+                s.lines()
+                    .find(|l| l.starts_with(key))?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            };
+            usage.peak_rss = usage.peak_rss.max(field("VmHWM:").unwrap_or(0) * 1024);
+            usage.threads = usage.threads.max(field("Threads:").unwrap_or(0));
+        }
+        std::thread::sleep(every);
+    }
+    (child.wait_with_output().expect("the process ends"), usage)
 }
 
 /// For the benches: builds the release binaries of loadgen-node and sut-node

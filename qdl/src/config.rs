@@ -46,6 +46,9 @@ pub struct NodeAddr {
     pub host: String,
     /// The node's listening port (UDP for QUIC, TCP otherwise).
     pub port: u16,
+    /// The name its TLS certificate is checked against, when not `host`:
+    /// the DNS name a `dns://` entry resolved to this address.
+    pub tls_name: Option<String>,
 }
 
 impl NodeAddr {
@@ -108,7 +111,7 @@ impl FromStr for NodeAddr {
                 _ => {
                     return Err(bad(&format!(
                         "unknown scheme '{scheme}://' (expected host:port, grpc://, grpcs:// \
-                         or quic://host:port)"
+                         or quic://host:port, or dns://NAME:PORT for every address of a name)"
                     )))
                 }
             },
@@ -146,6 +149,7 @@ impl FromStr for NodeAddr {
             transport,
             host: host.to_string(),
             port,
+            tls_name: None,
         })
     }
 }
@@ -162,6 +166,10 @@ pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16 << 10;
 pub struct QdlConfig {
     /// The sut-nodes, in the order their names are reported.
     pub nodes: Vec<NodeAddr>,
+    /// What each `dns://` entry of the node list resolved to, as
+    /// `ENTRY -> ADDR ADDR...` ([`NodeList::resolved`](crate::NodeList)),
+    /// for the run's network facts.
+    pub resolved: Vec<String>,
     /// Which connection each sample goes to.
     pub policy: DispatchPolicy,
     /// Independent connections (each with its own Infer stream) per node.
@@ -215,6 +223,7 @@ impl Default for QdlConfig {
     fn default() -> Self {
         Self {
             nodes: Vec::new(),
+            resolved: Vec::new(),
             policy: DispatchPolicy::default(),
             connections_per_node: 2,
             model: String::new(),

@@ -13,6 +13,15 @@ pub enum QdlError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A node list that cannot be read or resolved: a `--sut-file` (or one
+    /// of its lines), or a `dns://` name.
+    #[error("{whence}: {reason}")]
+    Discovery {
+        /// The file, `FILE line N`, or the `dns://` entry.
+        whence: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A dispatch policy that does not parse or does not fit the nodes.
     #[error("invalid dispatch policy {input:?}: {reason}")]
     Policy {

@@ -61,6 +61,7 @@
 pub mod breakdown;
 mod config;
 mod conn;
+pub mod discover;
 mod error;
 mod foreign;
 mod policy;
@@ -78,6 +79,7 @@ pub use config::{
     DEFAULT_MAX_IN_FLIGHT,
 };
 pub use conn::Counters;
+pub use discover::{find_nodes, NodeList};
 pub use error::QdlError;
 pub use foreign::{ForeignLoadGen, ForeignSut};
 pub use policy::DispatchPolicy;

@@ -6,6 +6,7 @@
 //! | --- | --- |
 //! | `network_transport` | how the nodes are reached (`grpc`); `NAME: T, ...` when they differ |
 //! | `network_nodes` | `N (NAME at ADDR, ...)` |
+//! | `network_nodes_resolved` | only when the node list had `dns://` entries: each, and the addresses it resolved to (`dns://NAME:PORT -> ADDR ADDR ...; ...`) |
 //! | `network_connections` | `C (K per node)` |
 //! | `network_input_codec` | the codec of the samples sent (`none`, `zstd`, `lz4`) |
 //! | `network_output_codec` | the nodes' answer codec; `NAME: C, ...` when they differ |
@@ -32,6 +33,8 @@ pub(crate) struct Run<'a> {
     pub(crate) nodes: Vec<RunNode<'a>>,
     pub(crate) connections: usize,
     pub(crate) per_node: usize,
+    /// What the node list's `dns://` entries resolved to.
+    pub(crate) resolved: &'a [String],
     pub(crate) input_codec: Codec,
     /// The sum of every connection's counters.
     pub(crate) total: Counters,
@@ -66,9 +69,14 @@ pub(crate) fn facts(run: &Run<'_>) -> Vec<(String, String)> {
         .collect::<Vec<_>>()
         .join(", ");
     let secs = run.since_first_issue.as_secs_f64();
-    vec![
+    let mut facts = vec![
         fact("network_transport", per_node(&names, &transports)),
         fact("network_nodes", format!("{} ({nodes})", run.nodes.len())),
+    ];
+    if !run.resolved.is_empty() {
+        facts.push(fact("network_nodes_resolved", run.resolved.join("; ")));
+    }
+    facts.extend([
         fact(
             "network_connections",
             format!("{} ({} per node)", run.connections, run.per_node),
@@ -93,7 +101,8 @@ pub(crate) fn facts(run: &Run<'_>) -> Vec<(String, String)> {
             "network_payload_rate_received",
             gbits(total.bytes_received, secs),
         ),
-    ]
+    ]);
+    facts
 }
 
 fn fact(key: &str, value: String) -> (String, String) {

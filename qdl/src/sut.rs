@@ -52,6 +52,8 @@ pub struct Qdl {
     /// Connection `c` belongs to node `c / per_node`.
     conns: Vec<Arc<Conn>>,
     per_node: usize,
+    /// What the node list's `dns://` entries resolved to.
+    resolved: Vec<String>,
     queues: Vec<mpsc::UnboundedSender<Queued>>,
     dispatcher: policy::Dispatcher,
     data: Arc<dyn SampleData>,
@@ -203,6 +205,7 @@ impl Qdl {
             nodes,
             conns,
             per_node,
+            resolved: config.resolved.clone(),
             queues,
             dispatcher: policy::Dispatcher::new(&config.policy, config.nodes.len(), per_node),
             data,
@@ -399,6 +402,7 @@ impl SystemUnderTest for Qdl {
                 .collect(),
             connections: self.conns.len(),
             per_node: self.per_node,
+            resolved: &self.resolved,
             input_codec: self.input_codec,
             total: self.stats().total(),
             since_first_issue: self

@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use loadgen_engine::{config, Scenario, TestMode};
 use proto::benchmarks::Round;
-use qdl::{DispatchPolicy, NodeAddr};
+use qdl::discover::{self, NodeEntry};
+use qdl::DispatchPolicy;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
@@ -43,8 +44,9 @@ impl fmt::Display for Engine {
 pub enum SutArg {
     /// `null`: the engine's own SUT, answering at once (measures the harness).
     Null,
-    /// The sut-nodes, in the order their names are reported.
-    Nodes(Vec<NodeAddr>),
+    /// The sut-nodes (addresses, or DNS names of several), in the order
+    /// their names are reported; empty when `--sut-file` gives them all.
+    Nodes(Vec<NodeEntry>),
 }
 
 impl FromStr for SutArg {
@@ -54,10 +56,9 @@ impl FromStr for SutArg {
         if s.trim() == "null" {
             return Ok(SutArg::Null);
         }
-        s.split(',')
-            .map(|a| a.trim().parse::<NodeAddr>().map_err(|e| e.to_string()))
-            .collect::<Result<Vec<_>, _>>()
+        discover::parse_list(s)
             .map(SutArg::Nodes)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -66,8 +67,8 @@ impl fmt::Display for SutArg {
         match self {
             SutArg::Null => f.write_str("null"),
             SutArg::Nodes(nodes) => {
-                let urls: Vec<String> = nodes.iter().map(NodeAddr::url).collect();
-                f.write_str(&urls.join(","))
+                let entries: Vec<String> = nodes.iter().map(NodeEntry::to_string).collect();
+                f.write_str(&entries.join(","))
             }
         }
     }
@@ -163,11 +164,26 @@ pub struct RunArgs {
 
     /// The system under test: a comma-separated list of sut-node addresses
     /// (`host:port` or `grpc://host:port` for gRPC, `grpcs://host:port` for
-    /// gRPC over TLS, `quic://host:port` for QUIC; kinds may be mixed), or
-    /// `null` for the in-process null SUT that measures the harness itself.
-    #[arg(long, default_value = "null")]
+    /// gRPC over TLS, `quic://host:port` for QUIC; kinds may be mixed;
+    /// `dns://NAME:PORT` for one node per address of a DNS name, resolved
+    /// once before the run, `?nodes=N` to wait for N of them, and
+    /// `dns+grpcs://`, `dns+quic://` for the other transports), or `null`
+    /// for the in-process null SUT that measures the harness itself
+    /// [default: null, or none with --sut-file].
+    #[arg(
+        long,
+        default_value = "null",
+        hide_default_value = true,
+        default_value_if("sut_file", clap::builder::ArgPredicate::IsPresent, "")
+    )]
     #[serde(serialize_with = "display")]
     pub sut: SutArg,
+
+    /// More sut-nodes, after those of --sut: a file of one address per line
+    /// (any form --sut takes), `#` starting a comment, as a launcher writes
+    /// it (deploy/slurm/).
+    #[arg(long, value_name = "FILE")]
+    pub sut_file: Option<PathBuf>,
 
     /// Benchmark model name, as used by mlperf.conf keys (e.g. resnet50, bert,
     /// llama2-70b, 3d-unet).
@@ -231,7 +247,8 @@ pub struct RunArgs {
     pub sample_bytes: Option<usize>,
 
     /// How samples are spread over the sut-nodes: least-outstanding,
-    /// round-robin, or weighted:W1,W2,... (one weight per node, in --sut order).
+    /// round-robin, or weighted:W1,W2,... (one weight per node, in node
+    /// order: --sut, each name's addresses sorted, then --sut-file).
     #[arg(long, default_value = "least-outstanding")]
     #[serde(serialize_with = "display")]
     pub dispatch: DispatchPolicy,
@@ -462,7 +479,9 @@ mod tests {
         "--engine",
         "official",
         "--sut",
-        "quic://a:1,grpcs://[::1]:2,b:3",
+        "quic://a:1,grpcs://[::1]:2,b:3,dns+quic://n.example:4?nodes=3",
+        "--sut-file",
+        "nodes.txt",
         "--model",
         "bert",
         "--scenario",

@@ -156,6 +156,9 @@ impl RunPlan {
             audit: audit_file(args.audit_config.as_deref())?,
         };
         let sut = match &args.sut {
+            SutArg::Null if args.sut_file.is_some() => {
+                bail!("--sut null with --sut-file: give the nodes, or the null SUT, not both")
+            }
             SutArg::Null => {
                 let total = args.total_sample_count.unwrap_or(1024);
                 SutPlan::Null {
@@ -164,11 +167,20 @@ impl RunPlan {
                     tokens: args.null_tokens,
                 }
             }
-            SutArg::Nodes(nodes) => {
+            SutArg::Nodes(_) => {
                 if let Some(why) = benchmarks::find(&args.model).and_then(|b| b.retired) {
                     bail!("--model {}: {why}", args.model);
                 }
-                let mut network = network_plan(args, model, nodes.clone())?;
+                // Names are resolved here, once, before any node is asked
+                // its name.
+                let found = qdl::find_nodes(
+                    &args.sut.to_string(),
+                    args.sut_file.as_deref(),
+                    args.ready_timeout,
+                    |waiting| eprintln!("loadgen-node: {waiting}"),
+                )
+                .context("the sut-nodes (--sut, --sut-file)")?;
+                let mut network = network_plan(args, model, found)?;
                 network.qdl.answer_compression_refused = compression.err();
                 SutPlan::Network(Box::new(network))
             }
@@ -190,7 +202,10 @@ impl RunPlan {
                     .clone()
                     .map(|endpoint| (endpoint, args.otlp_sample_ratio)),
                 report: args.report.clone(),
-                sut_label: args.sut.to_string(),
+                sut_label: match &args.sut_file {
+                    Some(f) => format!("{} {}", args.sut, f.display()).trim().to_string(),
+                    None => args.sut.to_string(),
+                },
             },
         })
     }
@@ -309,7 +324,7 @@ pub fn default_max_answer_bytes(model: &str) -> usize {
     benchmarks::find(model).map_or(qdl::DEFAULT_MAX_ANSWER_BYTES, |b| b.max_output_bytes)
 }
 
-fn network_plan(args: &RunArgs, model: &str, nodes: Vec<qdl::NodeAddr>) -> Result<NetworkPlan> {
+fn network_plan(args: &RunArgs, model: &str, found: qdl::NodeList) -> Result<NetworkPlan> {
     let data = DataSource::for_run(
         model,
         args.dataset.as_deref(),
@@ -328,7 +343,8 @@ fn network_plan(args: &RunArgs, model: &str, nodes: Vec<qdl::NodeAddr>) -> Resul
         );
     }
     let qdl = QdlConfig {
-        nodes,
+        nodes: found.nodes,
+        resolved: found.resolved.iter().map(ToString::to_string).collect(),
         policy: args.dispatch.clone(),
         connections_per_node: args.connections_per_node,
         model: model.to_string(),

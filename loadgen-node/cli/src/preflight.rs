@@ -28,9 +28,14 @@ pub const PLACEHOLDER: &str = "[FILL IN]";
 /// The flags of `loadgen-node preflight`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PreflightArgs {
-    /// The sut-nodes, as for a run (`host:port`, `grpcs://`, `quic://`).
-    #[arg(long)]
-    pub sut: SutArg,
+    /// The sut-nodes, as for a run (`host:port`, `grpcs://`, `quic://`,
+    /// `dns://NAME:PORT`).
+    #[arg(long, required_unless_present = "sut_file")]
+    pub sut: Option<SutArg>,
+
+    /// More sut-nodes, one address per line, as for a run.
+    #[arg(long, value_name = "FILE")]
+    pub sut_file: Option<PathBuf>,
 
     /// The benchmark: its sample size is what the throughput probes send.
     #[arg(long, default_value = "resnet50")]
@@ -178,9 +183,16 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     };
     let (duration, timeout) = (args.seconds, args.connect_timeout);
     let tls = args.tls.client_tls()?;
-    let SutArg::Nodes(addrs) = args.sut.clone() else {
-        bail!("--sut null: preflight measures the network to sut-nodes; name them");
+    let list = match &args.sut {
+        Some(SutArg::Null) => {
+            bail!("--sut null: preflight measures the network to sut-nodes; name them")
+        }
+        Some(nodes) => nodes.to_string(),
+        None => String::new(),
     };
+    let found = qdl::find_nodes(&list, args.sut_file.as_deref(), Duration::ZERO, |_| {})
+        .context("the sut-nodes (--sut, --sut-file)")?;
+    let addrs = found.nodes;
     // One sample, encoded as the run would send it.
     let raw = synthetic_sample(0, sample_bytes);
     let payload = Bytes::from(args.input_codec.codec().compress(&raw));

@@ -11,7 +11,8 @@
 //! submitter = "MyOrg"
 //! division = "network"            # default
 //! output = "submission"           # the tree's root, beside the plan
-//! sut = "node-a:50051,node-b:50051"
+//! sut = "node-a:50051,node-b:50051"  # any form of --sut (dns://NAME:PORT...)
+//! sut_file = "nodes.txt"          # or also: one node per line, beside the plan
 //! engine = "native"               # default; another is passed as --engine
 //! rules = "v6.1"                  # default: the round of the rules (v5.1, v6.1)
 //! run_flags = ["--connections-per-node", "4"]   # for every run
@@ -35,6 +36,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -89,7 +91,10 @@ pub struct Plan {
     pub submitter: String,
     pub division: String,
     pub output: PathBuf,
+    /// `--sut`; empty when `sut_file` names every node.
     pub sut: String,
+    /// `--sut-file`, relative to the plan's directory.
+    pub sut_file: Option<PathBuf>,
     pub run_flags: Vec<String>,
     /// The LoadGen engine of every run; `native` (the default) needs no flag.
     pub engine: String,
@@ -187,6 +192,7 @@ impl Plan {
             "division",
             "output",
             "sut",
+            "sut_file",
             "run_flags",
             "inference",
             "checker_version",
@@ -249,7 +255,18 @@ impl Plan {
             submitter: text("submitter", None)?,
             division,
             output: base.join(text("output", Some("submission"))?),
-            sut: text("sut", None)?,
+            sut_file: t
+                .get("sut_file")
+                .map(|v| match v {
+                    toml::Value::String(f) => Ok(base.join(f)),
+                    _ => bail!("{name}: `sut_file` must be a string"),
+                })
+                .transpose()?,
+            sut: text(
+                "sut",
+                // A file of nodes may stand alone.
+                t.contains_key("sut_file").then_some(""),
+            )?,
             run_flags,
             engine: text("engine", Some("native"))?,
             rules,
@@ -268,6 +285,18 @@ impl Plan {
             benchmarks,
             system_fields,
         })
+    }
+
+    /// `--sut` and `--sut-file` as the plan gives them.
+    fn node_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if !self.sut.is_empty() {
+            flags.extend(["--sut".to_string(), self.sut.clone()]);
+        }
+        if let Some(f) = &self.sut_file {
+            flags.extend(["--sut-file".to_string(), f.display().to_string()]);
+        }
+        flags
     }
 
     /// `<output>/<division>/<submitter>`.
@@ -425,15 +454,14 @@ struct RunFlags {
 }
 
 fn run_args(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<RunArgs> {
-    let mut argv = vec![
-        "loadgen-node".to_string(),
-        "--sut".into(),
-        plan.sut.clone(),
+    let mut argv = vec!["loadgen-node".to_string()];
+    argv.extend(plan.node_flags());
+    argv.extend([
         "--model".into(),
         b.model.clone(),
         "--scenario".into(),
         s.as_str().into(),
-    ];
+    ]);
     if plan.engine != "native" {
         argv.extend(["--engine".to_string(), plan.engine.clone()]);
     }
@@ -503,8 +531,8 @@ fn write_measurements(plan: &Plan, b: &PlanBenchmark, s: Scenario, dir: &Path) -
         },
     )?;
     let mut cmd = format!(
-        "loadgen-node --sut {} --model {} --scenario {}",
-        plan.sut,
+        "loadgen-node {} --model {} --scenario {}",
+        plan.node_flags().join(" "),
         b.model,
         s.as_str()
     );
@@ -790,7 +818,11 @@ fn ensure_system_json(plan: &Plan) -> Result<()> {
     m.insert("system_type".into(), json!("datacenter,edge"));
     m.insert(
         "number_of_nodes".into(),
-        json!(plan.sut.split(',').count().to_string()),
+        // Names resolved as a run would resolve them (without waiting).
+        match qdl::find_nodes(&plan.sut, plan.sut_file.as_deref(), Duration::ZERO, |_| {}) {
+            Ok(found) => json!(found.nodes.len().to_string()),
+            Err(_) => json!(PLACEHOLDER),
+        },
     );
     m.extend(plan.system_fields.clone());
     preflight::merge_system_json(&path, &m)
@@ -861,7 +893,8 @@ pub fn submission(args: &SubmissionArgs) -> Result<Exit> {
     }
     ensure_system_json(&plan)?;
     if !args.no_preflight {
-        let mut argv = vec!["preflight".to_string(), "--sut".into(), plan.sut.clone()];
+        let mut argv = vec!["preflight".to_string()];
+        argv.extend(plan.node_flags());
         argv.extend([
             "--model".into(),
             plan.benchmarks[0].model.clone(),

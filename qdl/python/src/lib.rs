@@ -26,7 +26,7 @@ use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
-use qdl::{Codec, ForeignLoadGen, ForeignSut, NodeAddr, Qdl, QdlConfig, QdlError, StoredSample};
+use qdl::{Codec, ForeignLoadGen, ForeignSut, NodeList, Qdl, QdlConfig, QdlError, StoredSample};
 
 /// The samples the harness's QSL loaded, as the QDL sends them.
 #[derive(Default)]
@@ -124,18 +124,15 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
 }
 
 /// The sut-nodes: a list of addresses, or one string of comma-separated
-/// addresses.
-fn node_addrs(nodes: &Bound<'_, PyAny>) -> PyResult<Vec<NodeAddr>> {
+/// addresses; each `dns://NAME:PORT` is resolved now, once.
+fn node_list(nodes: &Bound<'_, PyAny>) -> PyResult<NodeList> {
     let addrs: Vec<String> = match nodes.cast::<PyString>() {
-        Ok(s) => s.to_str()?.split(',').map(str::to_string).collect(),
+        Ok(s) => vec![s.to_str()?.to_string()],
         Err(_) => nodes.extract().map_err(|_| {
             config_error("nodes must be a list of addresses (host:port, quic://host:port, ...)")
         })?,
     };
-    addrs
-        .iter()
-        .map(|a| a.trim().parse::<NodeAddr>().map_err(config_error))
-        .collect()
+    qdl::find_nodes(&addrs.join(","), None, Duration::ZERO, |_| {}).map_err(config_error)
 }
 
 /// How node certificates are checked, as loadgen-node's --tls-* flags say.
@@ -275,8 +272,10 @@ impl PyQdl {
             )));
         }
         let model_name = model.clone();
+        let found = node_list(nodes)?;
         let config = QdlConfig {
-            nodes: node_addrs(nodes)?,
+            nodes: found.nodes,
+            resolved: found.resolved.iter().map(ToString::to_string).collect(),
             policy: dispatch
                 .parse()
                 .map_err(|e| config_error(format!("dispatch: {e}")))?,

@@ -16,14 +16,12 @@ use tonic::transport::Uri;
 use crate::config::NodeAddr;
 use crate::error::TransportError;
 
-/// The TLS name of a node: its host name or IP address.
+/// The TLS name of a node: the DNS name it was found by, else its host
+/// name or IP address.
 pub(crate) fn server_name(addr: &NodeAddr) -> Result<ServerName<'static>, TransportError> {
-    ServerName::try_from(addr.host.clone()).map_err(|e| {
-        TransportError(format!(
-            "{:?} is not a valid TLS server name: {e}",
-            addr.host
-        ))
-    })
+    let name = addr.tls_name.as_ref().unwrap_or(&addr.host);
+    ServerName::try_from(name.clone())
+        .map_err(|e| TransportError(format!("{name:?} is not a valid TLS server name: {e}")))
 }
 
 /// A connector for `Endpoint::connect_with_connector`, and where its
