@@ -13,7 +13,7 @@ mod budget;
 pub mod codec;
 pub mod config_file;
 pub mod describe;
-mod grpc_infer;
+mod grpc_framed;
 mod infer;
 pub mod limits;
 mod listen;

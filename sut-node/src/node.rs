@@ -205,18 +205,18 @@ impl SutNode for Service {
         )))
     }
 
+    /// Not reached: `grpc_framed::FramedRoutes` serves Probe before this
+    /// service sees it, framing the reply itself.
     async fn probe(
         &self,
-        request: Request<proto::ProbeRequest>,
+        _request: Request<proto::ProbeRequest>,
     ) -> Result<Response<proto::ProbeReply>, Status> {
-        crate::describe::probe(request.get_ref())
-            .map(Response::new)
-            .map_err(Status::invalid_argument)
+        Err(Status::internal("sut-node: Probe reached the wrong route"))
     }
 
     type InferStream = ReceiverStream<Result<FromNode, Status>>;
 
-    /// Not reached: `grpc_infer::WithInfer` serves the Infer path before
+    /// Not reached: `grpc_framed::FramedRoutes` serves the Infer path before
     /// this service sees it, framing the stream itself.
     async fn infer(
         &self,

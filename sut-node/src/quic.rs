@@ -215,17 +215,7 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
             .await;
             encoded(m, &mut out)
         }
-        stream_type::PROBE => {
-            // Probes carry sample-sized payloads: the data path's limit.
-            let m = control_sized(
-                &mut recv,
-                peer,
-                data_frame_limit(&node),
-                move |r: tonic::Request<proto::ProbeRequest>| async move { service.probe(r).await },
-            )
-            .await;
-            encoded(m, &mut out)
-        }
+        stream_type::PROBE => return probe(send, recv, &node, peer).await,
         stream_type::INFER => return infer_stream(send, recv, node, peer).await,
         other => Err(format!("unknown stream type {other}")),
     };
@@ -235,6 +225,39 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
         encode_error(&e, &mut out);
     }
     finish(&mut send, out.freeze()).await;
+}
+
+/// Answers a probe stream: its request (probes carry sample-sized payloads:
+/// the data path's limit), then the reply's chunks, written as the client
+/// takes them (cut from one static buffer: a reply never read costs nothing).
+async fn probe(mut send: SendStream, mut recv: RecvStream, node: &Node, peer: SocketAddr) {
+    let mut decoder = FrameDecoder::new(data_frame_limit(node));
+    let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT, read_frame(&mut recv, &mut decoder));
+    let reply = match read.await {
+        Ok(Ok(Some(frame))) => frame
+            .decode::<proto::ProbeRequest>("request")
+            .map_err(|e| e.to_string())
+            .and_then(|request| crate::describe::probe(&request)),
+        Ok(Ok(None)) => Err("the stream ended before its request".into()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no request within {FIRST_BYTE_TIMEOUT:?}")),
+    };
+    match reply {
+        Ok(chunks) => {
+            for chunk in chunks {
+                if send.write_chunk(chunk).await.is_err() {
+                    return;
+                }
+            }
+            finish(&mut send, Bytes::new()).await;
+        }
+        Err(e) => {
+            warn!(%peer, "answering a QUIC stream with an error: {e}");
+            let mut out = BytesMut::new();
+            encode_error(&e, &mut out);
+            finish(&mut send, out.freeze()).await;
+        }
+    }
 }
 
 /// The largest Infer or Probe frame accepted: the node's message limit.
@@ -258,22 +281,7 @@ where
     F: FnOnce(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
 {
-    control_sized(recv, peer, MAX_CONTROL_FRAME, handle).await
-}
-
-/// `control` with requests of up to `max` bytes.
-async fn control_sized<Req, Rep, F, Fut>(
-    recv: &mut RecvStream,
-    peer: SocketAddr,
-    max: usize,
-    handle: F,
-) -> Result<Rep, String>
-where
-    Req: Message + Default,
-    F: FnOnce(tonic::Request<Req>) -> Fut,
-    Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
-{
-    let mut decoder = FrameDecoder::new(max);
+    let mut decoder = FrameDecoder::new(MAX_CONTROL_FRAME);
     let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT, read_frame(recv, &mut decoder));
     let request: Req = match read.await {
         Ok(Ok(Some(frame))) => frame.decode("request").map_err(|e| e.to_string())?,

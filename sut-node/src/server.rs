@@ -16,7 +16,7 @@ use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::backend::Backend;
-use crate::grpc_infer::WithInfer;
+use crate::grpc_framed::FramedRoutes;
 use crate::infer::DataPath;
 use crate::listen;
 use crate::node::{Node, Service};
@@ -94,16 +94,17 @@ pub async fn serve_on(
         let control = SutNodeServer::new(Service(Arc::clone(&node)))
             .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let service = WithInfer::new(control, Arc::clone(&node));
+        let service = FramedRoutes::new(control, Arc::clone(&node));
         let max_message = limits.max_message_bytes;
         let router = Server::builder()
             // Requests' messages reach tonic only once complete, so that a
             // declared length is never reserved before its bytes arrive.
-            // The Infer route frames its stream itself, holding only what
-            // has arrived (`grpc_infer`).
+            // The Infer and Probe routes frame their requests themselves,
+            // holding only what has arrived (`grpc_framed`).
             .layer(tower::util::MapRequestLayer::new(
                 move |request: http::Request<tonic::body::Body>| {
-                    if request.uri().path() == proto::INFER_PATH {
+                    let path = request.uri().path();
+                    if path == proto::INFER_PATH || path == proto::PROBE_PATH {
                         return request;
                     }
                     request

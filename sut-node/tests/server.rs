@@ -8,6 +8,7 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use prost::Message;
 use proto::sut_node_client::SutNodeClient;
 use proto::{
     to_node, Codec, FromNode, HealthRequest, NameRequest, SampleRequest, SessionRequest, ToNode,
@@ -979,5 +980,88 @@ async fn one_connection_holds_at_most_its_share_of_the_budget() {
         }
     }
     assert_eq!(answered.len(), 22);
+    node.stop().await;
+}
+
+/// Resident memory of this process (the node runs in it), in MiB.
+fn rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap();
+    kib / 1024
+}
+
+#[tokio::test]
+async fn probe_replies_never_read_cost_the_node_no_memory() {
+    use sut_node::describe::MAX_PROBE_REPLY;
+    let mut node = Node::ready(config("node-probe"), synthetic("fixed:0", 4, 0)).await;
+    let before = rss_mib();
+    // A raw HTTP/2 client asks the largest reply on all 8 streams its
+    // connection may open (2 GiB in all) and reads nothing past each reply's
+    // first bytes: its stream windows (64 KiB each) stay closed.
+    let tcp = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let handshake = h2::client::Builder::new()
+        .initial_window_size(64 << 10)
+        .initial_connection_window_size(1 << 20)
+        .handshake::<_, Bytes>(tcp);
+    let (client, connection) = within("h2 handshake", handshake).await.unwrap();
+    let mut pings = {
+        let mut connection = connection;
+        let pings = connection.ping_pong().unwrap();
+        tokio::spawn(connection);
+        pings
+    };
+    let mut client = within("h2 ready", client.ready()).await.unwrap();
+    let probe = proto::ProbeRequest {
+        payload: Bytes::new(),
+        reply_bytes: MAX_PROBE_REPLY,
+    };
+    let mut message = vec![0u8];
+    message.extend_from_slice(&(probe.encoded_len() as u32).to_be_bytes());
+    message.extend_from_slice(&probe.encode_to_vec());
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let request = http::Request::post(format!("http://{}{}", node.addr, proto::PROBE_PATH))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(message.clone()), true).unwrap();
+        let mut reply = within("the reply's headers", response)
+            .await
+            .unwrap()
+            .into_body();
+        // The reply is under way (the node has made it, as far as it does).
+        let first = within("the reply's first bytes", reply.data()).await;
+        assert!(first.is_some_and(|d| d.is_ok_and(|d| !d.is_empty())));
+        held.push(reply);
+        client = within("h2 ready", client.ready()).await.unwrap();
+    }
+    within("pong", pings.ping(h2::Ping::opaque()))
+        .await
+        .unwrap();
+    let grown = rss_mib().saturating_sub(before);
+    assert!(
+        grown < 256,
+        "the node grew by {grown} MiB for replies nobody reads"
+    );
+    // A real client's probe is still answered.
+    let reply = node
+        .client
+        .probe(proto::ProbeRequest {
+            payload: Bytes::from(vec![1u8; 1000]),
+            reply_bytes: 3 << 20,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.payload, vec![0u8; 3 << 20]);
+    assert!(reply.unix_time_ns > 0);
+    drop(held);
     node.stop().await;
 }
