@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use crate::backend::BackendError;
 use crate::codec;
 use crate::infer::DataPath;
+use crate::listen::Slots;
 use crate::node_config::NodeConfig;
 
 /// The scenarios a session may name (LoadGen's spelling).
@@ -55,7 +56,16 @@ pub(crate) struct Node {
     /// Connections (by peer address) whose last session was refused, with
     /// the reason: their Infer streams are refused too.
     refused: Mutex<HashMap<SocketAddr, String>>,
+    /// The places of each transport's connections: those with an accepted
+    /// session keep theirs.
+    pub(crate) grpc_slots: Arc<Slots>,
+    pub(crate) quic_slots: Arc<Slots>,
 }
+
+/// Marks a control request that came over QUIC (whose connections have
+/// places of their own).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverQuic;
 
 /// Most connections whose refused session is remembered; past it the oldest
 /// knowledge is dropped, so a client cannot grow the table without bound.
@@ -63,12 +73,15 @@ const MAX_REFUSED_PEERS: usize = 4096;
 
 impl Node {
     pub(crate) fn new(data: Arc<DataPath>, backend_name: String) -> Self {
+        let limits = data.config.limits;
         Self {
             data,
             backend_name,
             ready: AtomicBool::new(false),
             streams: AtomicU64::new(0),
             refused: Mutex::default(),
+            grpc_slots: Arc::new(Slots::new(limits)),
+            quic_slots: Arc::new(Slots::new(limits)),
         }
     }
 
@@ -91,9 +104,16 @@ impl Node {
         )))
     }
 
-    /// Remembers whether `peer`'s latest session was refused.
-    fn session_outcome(&self, peer: Option<SocketAddr>, refusal: &str) {
+    /// Remembers whether `peer`'s latest session was refused; a connection
+    /// with an accepted one keeps its place in the limits.
+    fn session_outcome(&self, peer: Option<SocketAddr>, over_quic: bool, refusal: &str) {
         let Some(peer) = peer else { return };
+        let slots = if over_quic {
+            &self.quic_slots
+        } else {
+            &self.grpc_slots
+        };
+        slots.session(peer, refusal.is_empty());
         let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         if refusal.is_empty() {
             refused.remove(&peer);
@@ -156,10 +176,11 @@ impl SutNode for Service {
     ) -> Result<Response<SessionReply>, Status> {
         let node = &self.0;
         let remote = request.remote_addr();
+        let over_quic = request.extensions().get::<OverQuic>().is_some();
         let peer = peer(&request);
         let request = request.into_inner();
         let refusal = refusal(node.config(), &request).unwrap_or_default();
-        node.session_outcome(remote, &refusal);
+        node.session_outcome(remote, over_quic, &refusal);
         let ready = node.ready.load(Ordering::Acquire);
         crate::metrics::NODE.session(refusal.is_empty());
         if refusal.is_empty() {

@@ -120,8 +120,11 @@ pub async fn serve_on(
         let stopping = async move { stopped(&mut stop).await };
         match endpoints.grpc_tls {
             None => {
+                let slots = Arc::clone(&node.grpc_slots);
                 let incoming =
-                    listen::incoming(listener, limits, stop_rx.clone(), |tcp| async { Ok(tcp) });
+                    listen::incoming(listener, slots, limits, stop_rx.clone(), true, |tcp| async {
+                        Ok(tcp)
+                    });
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -130,9 +133,11 @@ pub async fn serve_on(
             }
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-                let incoming = listen::incoming(listener, limits, stop_rx.clone(), move |tcp| {
-                    acceptor.accept(tcp)
-                });
+                let slots = Arc::clone(&node.grpc_slots);
+                let incoming =
+                    listen::incoming(listener, slots, limits, stop_rx.clone(), false, move |tcp| {
+                        acceptor.accept(tcp)
+                    });
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
