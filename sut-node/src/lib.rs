@@ -12,6 +12,7 @@ pub mod batcher;
 mod budget;
 pub mod codec;
 pub mod config_file;
+mod decode_pool;
 pub mod describe;
 mod grpc_framed;
 mod infer;
