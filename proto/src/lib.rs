@@ -22,6 +22,7 @@ pub const PROBE_PATH: &str = "/mlperf_net.v1.SutNode/Probe";
 pub mod benchmarks;
 pub mod framing;
 pub mod host;
+pub mod node_name;
 pub mod quic;
 pub mod synthetic;
 pub mod tls;

@@ -335,29 +335,15 @@ pub(crate) fn node_names(
 }
 
 /// The longest node name accepted, in bytes.
-pub const MAX_NODE_NAME_BYTES: usize = 128;
+pub const MAX_NODE_NAME_BYTES: usize = proto::node_name::MAX_BYTES;
 
-/// A node name goes into the logs and the summary: it must be short,
-/// printable text. Returns why it is not.
+/// A node name goes into the logs and the summary: it must be short and
+/// hold only the characters of `proto::node_name`. Returns why it is not.
 pub(crate) fn check_node_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("the node reported an empty name".into());
+    match proto::node_name::problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(format!("the node reported a name that {problem}")),
     }
-    if name.len() > MAX_NODE_NAME_BYTES {
-        return Err(format!(
-            "the node reported a name of {} bytes (at most {MAX_NODE_NAME_BYTES})",
-            name.len()
-        ));
-    }
-    let unprintable = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
-    if let Some((at, c)) = name.char_indices().find(|&(_, c)| unprintable(c)) {
-        return Err(format!(
-            "the node reported a name with the unprintable character U+{:04X} at byte {at} \
-             (names must be printable text)",
-            c as u32
-        ));
-    }
-    Ok(())
 }
 
 pub(crate) fn check_unique(names: &[String], addrs: &[&NodeAddr]) -> Result<(), QdlError> {

@@ -461,6 +461,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         Some(name) => name.clone(),
         None => hostname(),
     };
+    // The name goes into the LoadGen node's logs, which refuses the rest.
+    if let Some(problem) = proto::node_name::problem(&name) {
+        match &args.name {
+            Some(_) => bail!("--name {name:?} {problem}"),
+            None => bail!("the host name {name:?} {problem}: give the node a --name"),
+        }
+    }
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Synthetic => {
             tracing::info!(service_time = %args.service_time, "synthetic backend");
