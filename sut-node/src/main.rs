@@ -110,9 +110,15 @@ struct ServeArgs {
     threads: Option<usize>,
 
     /// The node's name in the LoadGen node's logs [default: this machine's
-    /// hostname].
+    /// hostname]: ASCII letters, digits, '.', '-' and '_'.
     #[arg(long)]
     name: Option<String>,
+
+    /// Refuse `Describe` (what `loadgen-node preflight` reads of the node:
+    /// OS, kernel, NIC names and addresses, versions). Without mutual TLS,
+    /// any client that reaches the port may ask it otherwise.
+    #[arg(long)]
+    no_describe: bool,
 
     /// Inference backend. `synthetic` emulates an accelerator: a configurable
     /// service time per batch and answers derived from the inputs, which the
@@ -550,7 +556,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
         let _ = writeln!(stdout, "{ready_line}");
         let _ = stdout.flush();
     };
-    server::serve_on(bound.endpoints, config, backend, shutdown, on_ready).await?;
+    let endpoints = server::Endpoints {
+        describe: !args.no_describe,
+        ..bound.endpoints
+    };
+    server::serve_on(endpoints, config, backend, shutdown, on_ready).await?;
     Ok(())
 }
 
@@ -716,6 +726,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Resul
                     grpc,
                     grpc_tls,
                     quic: None,
+                    describe: true,
                 },
                 grpc_addr,
                 quic_addr: None,
@@ -730,6 +741,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Resul
                         grpc,
                         grpc_tls,
                         quic: Some(endpoint),
+                        describe: true,
                     },
                     grpc_addr,
                     quic_addr,

@@ -53,6 +53,8 @@ pub(crate) struct Node {
     pub(crate) ready: AtomicBool,
     /// Numbers the Infer streams in the logs.
     pub(crate) streams: AtomicU64,
+    /// Whether `Describe` answers (`--no-describe`: no).
+    describe: bool,
     /// Connections (by peer address) whose last session was refused, with
     /// the reason: their Infer streams are refused too.
     refused: Mutex<HashMap<SocketAddr, String>>,
@@ -72,13 +74,14 @@ pub(crate) struct OverQuic;
 const MAX_REFUSED_PEERS: usize = 4096;
 
 impl Node {
-    pub(crate) fn new(data: Arc<DataPath>, backend_name: String) -> Self {
+    pub(crate) fn new(data: Arc<DataPath>, backend_name: String, describe: bool) -> Self {
         let limits = data.config.limits;
         Self {
             data,
             backend_name,
             ready: AtomicBool::new(false),
             streams: AtomicU64::new(0),
+            describe,
             refused: Mutex::default(),
             grpc_slots: Arc::new(Slots::new(limits)),
             quic_slots: Arc::new(Slots::new(limits)),
@@ -220,6 +223,12 @@ impl SutNode for Service {
         _: Request<proto::DescribeRequest>,
     ) -> Result<Response<proto::DescribeReply>, Status> {
         let node = &self.0;
+        if !node.describe {
+            return Err(Status::permission_denied(format!(
+                "sut-node {} does not describe itself (it was started with --no-describe)",
+                node.config().name
+            )));
+        }
         Ok(Response::new(crate::describe::describe(
             &node.config().name,
             &node.backend_name,

@@ -57,6 +57,7 @@ pub async fn serve(
         grpc: Some(listener),
         grpc_tls: None,
         quic: None,
+        describe: true,
     };
     serve_on(endpoints, config, backend, shutdown, on_ready).await
 }
@@ -68,6 +69,10 @@ pub struct Endpoints {
     /// TLS for gRPC; its ALPN must be `h2`.
     pub grpc_tls: Option<rustls::ServerConfig>,
     pub quic: Option<quinn::Endpoint>,
+    /// Whether `Describe` answers (OS, kernel, NIC names and addresses,
+    /// versions), to whoever may connect: with mutual TLS, clients with a
+    /// certificate of its CA; without, anyone. `false`: it is refused.
+    pub describe: bool,
 }
 
 /// [`serve`] on any [`Endpoints`]: both transports share the backend, the
@@ -86,7 +91,11 @@ pub async fn serve_on(
         Arc::clone(&backend),
         stop_rx.clone(),
     )?);
-    let node = Arc::new(Node::new(data, backend.name().to_string()));
+    let node = Arc::new(Node::new(
+        data,
+        backend.name().to_string(),
+        endpoints.describe,
+    ));
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
     if let Some(listener) = endpoints.grpc {

@@ -90,6 +90,7 @@ impl Node {
             grpc: None,
             grpc_tls: None,
             quic: Some(endpoint),
+            describe: true,
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready) = oneshot::channel();

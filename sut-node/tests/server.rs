@@ -1065,3 +1065,43 @@ async fn probe_replies_never_read_cost_the_node_no_memory() {
     drop(held);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn describe_is_refused_when_turned_off() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let endpoints = sut_node::server::Endpoints {
+        grpc: Some(listener),
+        grpc_tls: None,
+        quic: None,
+        describe: false,
+    };
+    let task = tokio::spawn(sut_node::server::serve_on(
+        endpoints,
+        config("node-quiet"),
+        synthetic("fixed:0", 4, 0),
+        async {
+            let _ = stopped.await;
+        },
+        || {},
+    ));
+    let mut client = within("connect", SutNodeClient::connect(format!("http://{addr}")))
+        .await
+        .unwrap();
+    let refused = client
+        .describe(proto::DescribeRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert!(
+        refused.message().contains("node-quiet does not describe itself")
+            && refused.message().contains("--no-describe"),
+        "{refused}"
+    );
+    // The rest answers as ever.
+    let name = client.name(NameRequest {}).await.unwrap().into_inner().name;
+    assert_eq!(name, "node-quiet");
+    let _ = stop.send(());
+    within("serve to return", task).await.unwrap().unwrap();
+}
