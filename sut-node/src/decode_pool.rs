@@ -1,13 +1,14 @@
 //! The turns of the pool that decodes compressed inputs (one per core),
 //! shared fairly by the node's connections.
 //!
-//! A turn goes to the waiting connection that has had the fewest bytes
-//! decoded so far, counted from when it last started waiting (fair queueing
-//! by bytes): a connection streaming inputs that decode to the message limit
-//! gets as many bytes decoded as any other, not as many turns, so a
-//! connection of small inputs waits at most for the decodes under way, not
-//! behind every decode the others have queued. A connection that waited for
-//! nothing banks no credit: it starts at the bytes of the latest turn given.
+//! A turn goes to the waiting connection that will have had the fewest
+//! bytes decoded once its next input is (fair queueing by bytes, counted
+//! from when it last started waiting): a connection streaming inputs that
+//! decode to the message limit gets as many bytes decoded as any other, not
+//! as many turns, so a connection of small inputs waits for the decodes
+//! under way, not behind every decode the others have queued. A connection
+//! that waited for nothing banks no credit: it starts at the bytes of the
+//! latest turn given.
 //!
 //! [`Schedule`] is the plain logic, handed each request and each decode's
 //! real size; [`DecodePool`] the glue that parks the waiting tasks.
@@ -22,8 +23,8 @@ use tokio::sync::oneshot;
 pub(crate) struct Schedule<W> {
     free: usize,
     conns: HashMap<u64, Conn<W>>,
-    /// The connections with requests waiting, by their bytes and then by
-    /// connection number: the first is served next.
+    /// The connections with requests waiting, by their bytes with their
+    /// next request's, then by connection number: the first is served next.
     order: BTreeSet<(u64, u64)>,
     /// The bytes of the connection served last, before that turn: where a
     /// connection that starts waiting begins.
@@ -39,6 +40,14 @@ struct Conn<W> {
     waiting: VecDeque<(u64, W)>,
     /// Its turns under way.
     running: usize,
+}
+
+impl<W> Conn<W> {
+    /// Its place in `Schedule::order`, while it has requests waiting.
+    fn key(&self, conn: u64) -> Option<(u64, u64)> {
+        let (next, _) = self.waiting.front()?;
+        Some((self.bytes.saturating_add(*next), conn))
+    }
 }
 
 /// A turn given: to whom, for how many bytes.
@@ -71,9 +80,11 @@ impl<W> Schedule<W> {
         if c.waiting.is_empty() {
             // Idle time earns nothing.
             c.bytes = c.bytes.max(now);
-            self.order.insert((c.bytes, conn));
+            c.waiting.push_back((bytes, waiter));
+            self.order.extend(c.key(conn));
+        } else {
+            c.waiting.push_back((bytes, waiter));
         }
-        c.waiting.push_back((bytes, waiter));
         self.next()
     }
 
@@ -82,15 +93,12 @@ impl<W> Schedule<W> {
     pub(crate) fn done(&mut self, conn: u64, charged: u64, decoded: u64) -> Option<Grant<W>> {
         self.free += 1;
         if let Some(c) = self.conns.get_mut(&conn) {
-            let refund = charged.saturating_sub(decoded);
-            if c.waiting.is_empty() {
-                c.bytes = c.bytes.saturating_sub(refund);
-            } else if refund > 0 {
-                // Its place among the waiting moves with its bytes.
-                self.order.remove(&(c.bytes, conn));
-                c.bytes = c.bytes.saturating_sub(refund);
-                self.order.insert((c.bytes, conn));
+            // Its place among the waiting moves with its bytes.
+            if let Some(key) = c.key(conn) {
+                self.order.remove(&key);
             }
+            c.bytes = c.bytes.saturating_sub(charged.saturating_sub(decoded));
+            self.order.extend(c.key(conn));
             c.running = c.running.saturating_sub(1);
             if c.running == 0 && c.waiting.is_empty() {
                 self.conns.remove(&conn);
@@ -104,16 +112,14 @@ impl<W> Schedule<W> {
         if self.free == 0 {
             return None;
         }
-        let (bytes_before, conn) = self.order.pop_first()?;
+        let (_, conn) = self.order.pop_first()?;
         let c = self.conns.get_mut(&conn)?;
         let (bytes, waiter) = c.waiting.pop_front()?;
         self.free -= 1;
-        self.now = self.now.max(bytes_before);
+        self.now = self.now.max(c.bytes);
         c.bytes = c.bytes.saturating_add(bytes);
         c.running += 1;
-        if !c.waiting.is_empty() {
-            self.order.insert((c.bytes, conn));
-        }
+        self.order.extend(c.key(conn));
         Some(Grant {
             conn,
             bytes,
@@ -321,13 +327,13 @@ mod tests {
         // what it decoded: a connection of such frames is not held back.
         let mut s = Schedule::new(1);
         let g = s.ask(1u64, 1 << 20, 1u64).unwrap();
-        assert_eq!(s.ask(1, 1 << 20, 1), None);
+        assert_eq!(s.ask(1, 1000, 1), None);
         assert_eq!(s.ask(2, 1000, 2), None);
         assert_eq!(s.ask(2, 1000, 2), None);
-        // It decoded 10 bytes: 1 has 10, 2 none.
+        // It decoded 10 bytes: 1 would have 1010 after its next, 2 1000.
         let g = s.done(g.conn, g.bytes, 10).unwrap();
         assert_eq!(g.waiter, 2);
-        // 2 has 1000 now: 1 (10) goes first, which it would not had it been
+        // 2 would have 2000: 1 goes first, which it would not had it been
         // charged its bound.
         assert_eq!(s.done(g.conn, g.bytes, g.bytes).unwrap().waiter, 1);
     }
@@ -359,5 +365,32 @@ mod tests {
             std::task::Poll::Ready(v) => Some(v),
             std::task::Poll::Pending => None,
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_turn_comes_back_from_connections_decoding_at_once() {
+        let pool = Arc::new(DecodePool::new(2));
+        let mut tasks = tokio::task::JoinSet::new();
+        for conn in 0..9u64 {
+            let pool = Arc::clone(&pool);
+            tasks.spawn(async move {
+                let mut decodes = Vec::new();
+                for i in 0..500u64 {
+                    let bytes = if conn == 0 { 150 << 10 } else { 64 << 20 };
+                    let mut turn = pool.turn(conn, bytes).await;
+                    decodes.push(tokio::task::spawn_blocking(move || {
+                        turn.decoded(if i % 3 == 0 { 10 } else { bytes as usize });
+                    }));
+                }
+                for d in decodes {
+                    d.await.unwrap();
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        let s = pool.lock();
+        assert_eq!((s.free(), s.conns.len(), s.order.len()), (2, 0, 0));
     }
 }

@@ -140,6 +140,14 @@ pub(crate) struct Job {
     trace: Option<Box<crate::otlp::SampleTrace>>,
 }
 
+/// A sample costs the worker about its input's bytes (those of the
+/// synthetic backend, the copies and pre-processing of real ones).
+impl crate::batcher::Weighed for Job {
+    fn weight(&self) -> u64 {
+        self.input.len() as u64
+    }
+}
+
 /// An answer's timings as the worker knows them (see `SampleAnswer`).
 #[derive(Clone, Copy, Default)]
 struct Timing {
