@@ -18,6 +18,7 @@ mod grpc_framed;
 mod infer;
 pub mod limits;
 mod listen;
+mod memory;
 pub mod metrics;
 mod node;
 mod node_config;

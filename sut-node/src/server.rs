@@ -158,6 +158,7 @@ pub async fn serve_on(
     if let Some(endpoint) = endpoints.quic {
         servers.spawn(crate::quic::serve(endpoint, Arc::clone(&node)));
     }
+    tokio::spawn(crate::memory::give_back_after_bursts(stop_rx.clone()));
 
     let result = tokio::select! {
         r = warm_up_then_wait(&node, backend, shutdown, on_ready) => r,
