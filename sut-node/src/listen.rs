@@ -63,6 +63,8 @@ pub(crate) enum Evict {
     Socket(socket2::Socket),
     /// A QUIC connection's task closes it when notified.
     Notify(Arc<tokio::sync::Notify>),
+    /// None: the node had no descriptor left to keep one of its own.
+    Unable,
 }
 
 impl Evict {
@@ -72,6 +74,7 @@ impl Evict {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
             }
             Evict::Notify(notify) => notify.notify_one(),
+            Evict::Unable => {}
         }
     }
 }
@@ -129,7 +132,11 @@ impl Slots {
             let victim = t
                 .open
                 .iter()
-                .find(|(_, e)| !e.session && (!same_ip || e.peer.ip() == ip))
+                .find(|(_, e)| {
+                    !e.session
+                        && !matches!(e.evict, Evict::Unable)
+                        && (!same_ip || e.peer.ip() == ip)
+                })
                 .map(|(id, _)| *id);
             let Some(victim) = victim else {
                 return Err(format!("{limit}, every one of them in a session"));
@@ -261,13 +268,10 @@ where
                 }
             };
             // A descriptor of its own, to shut it down should it have to
-            // make room for another.
+            // make room for another (out of descriptors: it will not).
             let evict = match socket2::SockRef::from(&tcp).try_clone() {
                 Ok(socket) => Evict::Socket(socket),
-                Err(e) => {
-                    failed.warn(&format!("gRPC connection from {peer} closed: {e}"));
-                    continue;
-                }
+                Err(_) => Evict::Unable,
             };
             let taken = match slots.take(peer, evict) {
                 Ok(taken) => taken,

@@ -719,7 +719,8 @@ async fn closed_by_node(tcp: &mut tokio::net::TcpStream) {
 }
 
 #[tokio::test]
-async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_served() {
+async fn connections_over_the_limits_make_room_or_are_refused_and_silent_ones_are_closed() {
+    use tokio::io::AsyncWriteExt;
     let config = NodeConfig {
         limits: sut_node::limits::Limits {
             max_connections_per_peer: 3,
@@ -728,31 +729,34 @@ async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_serve
         },
         ..config("node-limits")
     };
-    // The test's own client holds one of this address's three places.
+    // The test's own client holds one of this address's three places, in a
+    // session: it keeps it.
     let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
-    assert_eq!(node.outstanding().await, 0);
+    let reply = node
+        .client
+        .start_session(session("resnet50", "Server"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reply.refusal.is_empty(), "{}", reply.refusal);
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut first = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    first.write_all(preface).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    second.write_all(preface).await.unwrap();
+    // A fourth connection from this address takes the place of the oldest
+    // one without a session, which is closed at once.
+    let mut third = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    third.write_all(preface).await.unwrap();
+    closed_by_node(&mut first).await;
+    // One that sends nothing takes the next one's place, then is closed
+    // after the handshake timeout.
     let mut silent = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    let mut preface_only = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        preface_only
-            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            .await
-            .unwrap();
-    }
-    // A fourth connection from this address is closed at once, though it
-    // speaks HTTP/2.
-    let mut fourth = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let _ = fourth.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
-    }
-    closed_by_node(&mut fourth).await;
-    // The silent one is closed after the handshake timeout.
+    closed_by_node(&mut second).await;
     closed_by_node(&mut silent).await;
-    drop(preface_only);
-    // The real client still gets answers.
+    // The client in a session still gets answers.
     assert_eq!(node.outstanding().await, 0);
+    drop(third);
     node.stop().await;
 }
 
