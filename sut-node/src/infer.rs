@@ -723,7 +723,8 @@ fn try_budget(connection: &Connection, node: &DataPath, mine: u32, all: u32) -> 
 }
 
 /// Both budgets' units, waiting for them: the connection's first, so that a
-/// connection over its share does not hold any of the node's meanwhile.
+/// connection over its share does not hold any of the node's meanwhile; then
+/// the node's, those that hold least of their shares first.
 async fn wait_budget(
     connection: &Connection,
     node: &DataPath,
@@ -734,10 +735,8 @@ async fn wait_budget(
         .acquire_many_owned(mine)
         .await
         .ok()?;
-    let shared = Arc::clone(node.decoded.semaphore())
-        .acquire_many_owned(all)
-        .await
-        .ok()?;
+    let held = connection.budget.held();
+    let shared = node.decoded.take_fairly(held, all).await?;
     Some((own, shared))
 }
 
