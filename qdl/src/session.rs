@@ -177,7 +177,7 @@ fn refused_connection(e: &QdlError) -> bool {
         "refused to accept a new connection",
         "connection refused",
         "connection reset",
-        "connection closed before message completed",
+        "connection closed",
         "broken pipe",
     ]
     .iter()
@@ -190,7 +190,7 @@ const NODE_REFUSAL: &str = "sut-node refused the connection";
 /// The waits between the tries of a connection the node refuses: 0.1 s,
 /// then twice the one before, five times (3.1 s in all).
 #[derive(Default)]
-pub(crate) struct Refusals {
+struct Refusals {
     retries: u32,
     waited: Duration,
 }
@@ -200,7 +200,7 @@ const FIRST_REFUSED_WAIT: Duration = Duration::from_millis(100);
 
 impl Refusals {
     /// How long to wait before the next try; `None` once tried enough.
-    pub(crate) fn next_wait(&mut self) -> Option<Duration> {
+    fn next_wait(&mut self) -> Option<Duration> {
         if self.retries >= REFUSED_RETRIES {
             return None;
         }
@@ -212,7 +212,7 @@ impl Refusals {
 
     /// `e`, the last refusal, saying how often it came and, unless the node
     /// said so itself, which limits may be behind it.
-    pub(crate) fn explained(&self, e: QdlError) -> QdlError {
+    fn explained(&self, e: QdlError) -> QdlError {
         let tried = format!(
             "tried {} times over {:.1} s",
             self.retries + 1,
@@ -399,6 +399,12 @@ mod tests {
             rpc("StartSession", "Unavailable: error trying to connect: Connection reset by peer (os error 104)"),
             connect("transport error: Connection refused (os error 111)"),
             connect("aborted by peer: the server refused to accept a new connection"),
+            // A node closing at once, without a word (over TLS, or older).
+            rpc(
+                "StartSession",
+                "Cancelled: operation was canceled (transport error: operation was canceled: \
+                 connection closed)",
+            ),
         ] {
             assert!(refused_connection(&refused), "{refused}");
         }
