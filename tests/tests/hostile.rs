@@ -204,26 +204,17 @@ fn validity(out: &std::path::Path) -> Option<String> {
 fn a_compressed_run_stays_valid_beside_inputs_that_decode_to_the_limit() {
     // Inputs of a ResNet50 node decode to at most 602,112 bytes; each bomb
     // decodes to just that, on eight connections that read their answers.
-    // Their shares of the decoded-inputs budget fit in the node's (see
-    // docs/operator-guide.md, 5).
-    let node = SutNode::start(
-        "fair",
-        &[
-            "--benchmark",
-            "resnet50",
-            "--max-decoded-bytes-per-connection",
-            "16777216",
-        ],
-    );
+    let node = SutNode::start("fair", &["--benchmark", "resnet50"]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let addr = node.addr.parse().expect("an address");
     let bombs = runtime.block_on(decode_bombs(addr, 8, streamed_zstd(602_112)));
     assert_eq!(bombs.held(), 8);
     // Small inputs, compressed. The bound: below the seconds a sample waited
     // behind an input of every other connection (decode turns taken in turn,
-    // batches one sample from each connection), far above this shared
-    // host's noise (a debug build, its CPU taken by the eight). The wait
-    // itself is measured by sut-node's codecs test.
+    // batches one sample from each connection, the spent budget first come,
+    // first served), far above this shared host's noise (a debug build, its
+    // CPU taken by the eight). The wait itself is measured by sut-node's
+    // codecs test.
     let (o, out) = server_run(
         &node,
         "hostile-bombs",
