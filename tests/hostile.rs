@@ -197,7 +197,11 @@ pub async fn connections_without_sessions(
                 let mut opened = Some(opened);
                 loop {
                     if let Ok(mut tcp) = connect_from(ip, addr).await {
-                        if tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.is_ok() {
+                        if tcp
+                            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                            .await
+                            .is_ok()
+                        {
                             // Opened, as far as this client can tell.
                             opened.take().map(|o| o.send(()));
                             let mut buf = [0u8; 1024];

@@ -1011,7 +1011,13 @@ mod tests {
 
     #[test]
     fn probe_replies_encode_as_prost_does_cut_from_one_buffer_of_zeros() {
-        for (n, time) in [(0, 0), (0, 7), (5, 0), (1000, 123), ((3 << 20) + 17, u64::MAX)] {
+        for (n, time) in [
+            (0, 0),
+            (0, 7),
+            (5, 0),
+            (1000, 123),
+            ((3 << 20) + 17, u64::MAX),
+        ] {
             let chunks: Vec<Bytes> = ProbeReplyChunks::new(n, time).unwrap().collect();
             let all: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
             let mut expected = BytesMut::new();

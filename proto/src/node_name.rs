@@ -82,7 +82,10 @@ mod tests {
         }
         for (name, why) in [
             ("", "is empty"),
-            ("admin\u{202E}gnp.exe", "U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 5"),
+            (
+                "admin\u{202E}gnp.exe",
+                "U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 5",
+            ),
             ("node\u{200B}a", "U+200B (ZERO WIDTH SPACE) at byte 4"),
             ("a\n:::MLLOG", "U+000A (a control character) at byte 1"),
             ("node a", "U+0020 (SPACE) at byte 4"),

@@ -396,7 +396,10 @@ mod tests {
                     a session";
         for refused in [
             rpc("StartSession", told),
-            rpc("StartSession", "Unavailable: error trying to connect: Connection reset by peer (os error 104)"),
+            rpc(
+                "StartSession",
+                "Unavailable: error trying to connect: Connection reset by peer (os error 104)",
+            ),
             connect("transport error: Connection refused (os error 111)"),
             connect("aborted by peer: the server refused to accept a new connection"),
             // A node closing at once, without a word (over TLS, or older).

@@ -83,7 +83,10 @@ fn names_of_other_characters_than_host_names_are_refused_naming_node_and_charact
         ("a\n:::MLLOG {}", "U+000A (a control character) at byte 1"),
         ("tab\there", "U+0009 (a control character) at byte 3"),
         (long.as_str(), "129 bytes long (at most 128)"),
-        ("node\u{202E}b-edon", "U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 4"),
+        (
+            "node\u{202E}b-edon",
+            "U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 4",
+        ),
         ("node\u{200B}a", "U+200B (ZERO WIDTH SPACE) at byte 4"),
         ("node a", "U+0020 (SPACE) at byte 4"),
     ];

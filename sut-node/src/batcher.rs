@@ -249,7 +249,6 @@ impl<J: Weighed + Send + 'static> Batcher<J> {
         }
         Ok(())
     }
-
 }
 
 impl<J> Batcher<J> {

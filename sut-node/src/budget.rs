@@ -79,7 +79,11 @@ impl Budget {
     /// share: waiters take the semaphore's units one at a time, the one that
     /// holds least first (first come, first served among equals). `None` if
     /// the budget is closed.
-    pub(crate) async fn take_fairly(&self, held: usize, units: u32) -> Option<OwnedSemaphorePermit> {
+    pub(crate) async fn take_fairly(
+        &self,
+        held: usize,
+        units: u32,
+    ) -> Option<OwnedSemaphorePermit> {
         let mut turn = GateTurn {
             gate: Arc::clone(&self.gate),
             rx: None,
@@ -217,7 +221,9 @@ mod tests {
     #[test]
     fn a_spent_budget_goes_first_to_the_waiter_that_holds_least() {
         let budget = Budget::new(8 * UNIT);
-        let mut all = poll_once(&mut Box::pin(budget.take_fairly(0, 8))).unwrap().unwrap();
+        let mut all = poll_once(&mut Box::pin(budget.take_fairly(0, 8)))
+            .unwrap()
+            .unwrap();
         // Waiting, in this order: two that hold much, then one that holds
         // little; and one that gives up.
         let mut heavy_a = Box::pin(budget.take_fairly(100, 4));

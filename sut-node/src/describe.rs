@@ -65,7 +65,10 @@ mod tests {
             .unwrap();
         assert_eq!(reply.payload, vec![0u8; 1000]);
         assert!(reply.unix_time_ns > 0);
-        let most: usize = probe(&request(MAX_PROBE_REPLY)).unwrap().map(|c| c.len()).sum();
+        let most: usize = probe(&request(MAX_PROBE_REPLY))
+            .unwrap()
+            .map(|c| c.len())
+            .sum();
         assert!(most > MAX_PROBE_REPLY as usize);
         let err = probe(&request(MAX_PROBE_REPLY + 1)).unwrap_err();
         assert!(err.contains("at most"), "{err}");

@@ -327,7 +327,8 @@ fn tell_refused(tcp: TcpStream, why: &str, telling: &Arc<Semaphore>) {
     let Ok(turn) = Arc::clone(telling).try_acquire_owned() else {
         return;
     };
-    let status = tonic::Status::resource_exhausted(format!("sut-node refused the connection: {why}"));
+    let status =
+        tonic::Status::resource_exhausted(format!("sut-node refused the connection: {why}"));
     tokio::spawn(async move {
         let _turn = turn;
         let _ = tokio::time::timeout(TELLING_TIME, async {
@@ -501,7 +502,9 @@ mod tests {
         let addr = |s: &str| -> SocketAddr { s.parse().unwrap() };
         let take = |peer: &str| {
             let (evict, n) = notify();
-            slots.take(addr(peer), evict).map(|t| (t.slot, t.evicted, n))
+            slots
+                .take(addr(peer), evict)
+                .map(|t| (t.slot, t.evicted, n))
         };
         let (_a1, none, a1_closed) = take("10.0.0.1:1").unwrap();
         assert!(none.is_none());

@@ -130,10 +130,14 @@ pub async fn serve_on(
         match endpoints.grpc_tls {
             None => {
                 let slots = Arc::clone(&node.grpc_slots);
-                let incoming =
-                    listen::incoming(listener, slots, limits, stop_rx.clone(), true, |tcp| async {
-                        Ok(tcp)
-                    });
+                let incoming = listen::incoming(
+                    listener,
+                    slots,
+                    limits,
+                    stop_rx.clone(),
+                    true,
+                    |tcp| async { Ok(tcp) },
+                );
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -143,10 +147,14 @@ pub async fn serve_on(
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
                 let slots = Arc::clone(&node.grpc_slots);
-                let incoming =
-                    listen::incoming(listener, slots, limits, stop_rx.clone(), false, move |tcp| {
-                        acceptor.accept(tcp)
-                    });
+                let incoming = listen::incoming(
+                    listener,
+                    slots,
+                    limits,
+                    stop_rx.clone(),
+                    false,
+                    move |tcp| acceptor.accept(tcp),
+                );
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)

@@ -1099,7 +1099,9 @@ async fn describe_is_refused_when_turned_off() {
         .unwrap_err();
     assert_eq!(refused.code(), Code::PermissionDenied);
     assert!(
-        refused.message().contains("node-quiet does not describe itself")
+        refused
+            .message()
+            .contains("node-quiet does not describe itself")
             && refused.message().contains("--no-describe"),
         "{refused}"
     );

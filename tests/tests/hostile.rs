@@ -114,7 +114,12 @@ fn a_run_stays_valid_beside_a_hostile_client() {
     // The largest probe replies, never read: 4 GiB over gRPC, 1.75 GiB over
     // QUIC, were they held.
     let addr = node.addr.parse().expect("an address");
-    let quic = node.quic.as_deref().expect("QUIC").parse().expect("an address");
+    let quic = node
+        .quic
+        .as_deref()
+        .expect("QUIC")
+        .parse()
+        .expect("an address");
     let pin = node.fingerprint.clone().expect("a fingerprint");
     let probes = runtime.block_on(async {
         let grpc = probe_replies_never_read(addr, 2).await;
@@ -170,7 +175,11 @@ fn a_run_stays_valid_beside_a_hostile_client() {
 
 /// A Server run of `loadgen-node` against `node` with `extra` flags; its
 /// output and logs' directory.
-fn server_run(node: &SutNode, tag: &str, extra: &[&str]) -> (std::process::Output, std::path::PathBuf) {
+fn server_run(
+    node: &SutNode,
+    tag: &str,
+    extra: &[&str],
+) -> (std::process::Output, std::path::PathBuf) {
     let out = scratch(tag);
     let sut = sut_list(std::slice::from_ref(node));
     let mut args = vec![

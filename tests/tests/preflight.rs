@@ -146,10 +146,14 @@ fn a_node_that_does_not_describe_itself_is_measured_all_the_same() {
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(
-        err.contains("sut-node pf-quiet does not describe itself") && err.contains("left to fill in"),
+        err.contains("sut-node pf-quiet does not describe itself")
+            && err.contains("left to fill in"),
         "{err}"
     );
-    assert!(out.contains("not described (sut-node --no-describe)"), "{out}");
+    assert!(
+        out.contains("not described (sut-node --no-describe)"),
+        "{out}"
+    );
     let net = json(&dir.join("network.json"));
     let n = &net["nodes"][0];
     assert_eq!(n["described"], false, "{n}");

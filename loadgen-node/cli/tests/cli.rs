@@ -273,11 +273,7 @@ fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
             "*.Server.min_duration = 1e10",
             "reads `1e10` as 1",
         ),
-        (
-            "Server",
-            "*.Server.min_duration = 1.5",
-            "reads `1.5` as 1",
-        ),
+        ("Server", "*.Server.min_duration = 1.5", "reads `1.5` as 1"),
     ];
     for (scenario, line, why) in cases {
         let conf = dir.join("user.conf");

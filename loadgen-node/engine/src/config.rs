@@ -621,7 +621,9 @@ enum Accepted {
 impl Accepted {
     fn holds(self, text: &str, memory: Option<u64>) -> bool {
         let int_in = |min: u64, max: u64| {
-            is_complete_integer(text) && !text.starts_with('-') && (min..=max).contains(&strtoull(text))
+            is_complete_integer(text)
+                && !text.starts_with('-')
+                && (min..=max).contains(&strtoull(text))
         };
         match self {
             Accepted::DurationMs => int_in(0, MAX_DURATION_MS),
@@ -707,7 +709,11 @@ const CHECKED: &[(&str, Option<Scenario>, Accepted)] = &[
             unit: "ms",
         },
     ),
-    ("target_latency", Some(Scenario::Server), Accepted::DurationMs),
+    (
+        "target_latency",
+        Some(Scenario::Server),
+        Accepted::DurationMs,
+    ),
     ("ttft_latency", Some(Scenario::Server), Accepted::DurationMs),
     ("tpot_latency", Some(Scenario::Server), Accepted::DurationMs),
     (
@@ -1219,10 +1225,19 @@ mod tests {
                 .to_string()
         };
         for (line, scenario) in [
-            ("*.*.min_query_count = 18446744073709551615", Scenario::Offline),
-            ("*.*.min_query_count = 1000000000000", Scenario::SingleStream),
+            (
+                "*.*.min_query_count = 18446744073709551615",
+                Scenario::Offline,
+            ),
+            (
+                "*.*.min_query_count = 1000000000000",
+                Scenario::SingleStream,
+            ),
             ("*.*.min_query_count = 1000000000000", Scenario::Server),
-            ("*.*.performance_sample_count_override = 1000000000000", Scenario::Offline),
+            (
+                "*.*.performance_sample_count_override = 1000000000000",
+                Scenario::Offline,
+            ),
         ] {
             let e = refused(line, scenario);
             assert!(
@@ -1244,7 +1259,10 @@ mod tests {
             .check_values_within("m", Scenario::Server, Some(1 << 50))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("from 0 to 1000000000 (a run's limit of 1e9 samples)"), "{e}");
+        assert!(
+            e.contains("from 0 to 1000000000 (a run's limit of 1e9 samples)"),
+            "{e}"
+        );
 
         // Integer settings written otherwise are refused, saying how the
         // official LoadGen would read them; hex and octal are integers.
