@@ -1,7 +1,8 @@
-//! The gRPC server's accept loop: connections within the limits (in total
-//! and per IP address), a deadline for the TLS handshake or the first bytes,
-//! an idle timeout, and no busy loop when accepting fails (out of file
-//! descriptors): it waits and says so.
+//! The connections' places within the limits (in total and per IP address,
+//! for both transports; those in a session keep theirs), and the gRPC
+//! server's accept loop: a refused client told why, a deadline for the TLS
+//! handshake or the first bytes, an idle timeout, and no busy loop when
+//! accepting fails (out of file descriptors): it waits and says so.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
