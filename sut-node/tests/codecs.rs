@@ -31,19 +31,34 @@ async fn node(
     codecs: NodeCodecs,
     llm_tokens: u32,
 ) -> (SutNodeClient<Channel>, oneshot::Sender<()>) {
+    let (addr, stop) = node_with(codecs, llm_tokens, 4, sut_node::limits::Limits::default()).await;
+    let client = SutNodeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    (client, stop)
+}
+
+/// A ready synthetic node with `codecs`, batches of up to `max_batch_size`
+/// and `limits`: its address.
+async fn node_with(
+    codecs: NodeCodecs,
+    llm_tokens: u32,
+    max_batch_size: usize,
+    limits: sut_node::limits::Limits,
+) -> (std::net::SocketAddr, oneshot::Sender<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = NodeConfig {
         name: "codec-node".into(),
         model: None,
         batch: BatchPolicy {
-            max_batch_size: 4,
+            max_batch_size,
             max_wait: Duration::ZERO,
         },
         heartbeat: None,
         shutdown_grace: Duration::from_secs(5),
         codecs,
-        limits: sut_node::limits::Limits::default(),
+        limits,
     };
     let backend = Arc::new(Synthetic::new(SyntheticConfig {
         service_time: "fixed:0".parse::<ServiceTime>().unwrap(),
@@ -65,10 +80,7 @@ async fn node(
         },
     ));
     tokio::time::timeout(LONG, ready).await.unwrap().unwrap();
-    let client = SutNodeClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    (client, stop)
+    (addr, stop)
 }
 
 fn sample(id: u64, payload: Vec<u8>, codec: i32) -> ToNode {
@@ -258,48 +270,17 @@ async fn small_compressed_inputs_wait_for_about_one_input_of_the_limit_not_one_o
     // A node whose inputs decode to at most 4 MiB, its budgets in the
     // defaults' proportions (a connection holds a quarter of the node's).
     const LIMIT: usize = 4 << 20;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = NodeConfig {
-        name: "fair-node".into(),
-        model: None,
-        batch: BatchPolicy {
-            max_batch_size: 1,
-            max_wait: Duration::ZERO,
-        },
-        heartbeat: None,
-        shutdown_grace: Duration::from_secs(1),
-        codecs: NodeCodecs {
-            output: CodecSpec::NONE,
-            max_input_bytes: LIMIT,
-        },
-        limits: sut_node::limits::Limits {
-            max_message_bytes: LIMIT + sut_node::limits::MESSAGE_OVERHEAD,
-            max_decoded_bytes: 8 * LIMIT,
-            max_decoded_bytes_per_connection: 2 * LIMIT,
-            ..sut_node::limits::Limits::default()
-        },
+    let codecs = NodeCodecs {
+        output: CodecSpec::NONE,
+        max_input_bytes: LIMIT,
     };
-    let backend = Arc::new(Synthetic::new(SyntheticConfig {
-        service_time: "fixed:0".parse::<ServiceTime>().unwrap(),
-        output_size: 16,
-        llm_tokens: 0,
-        seed: 1,
-    }));
-    let (_stop, stopped) = oneshot::channel::<()>();
-    let (ready_tx, ready) = oneshot::channel();
-    tokio::spawn(serve(
-        listener,
-        config,
-        backend,
-        async {
-            let _ = stopped.await;
-        },
-        move || {
-            let _ = ready_tx.send(());
-        },
-    ));
-    tokio::time::timeout(LONG, ready).await.unwrap().unwrap();
+    let limits = sut_node::limits::Limits {
+        max_message_bytes: LIMIT + sut_node::limits::MESSAGE_OVERHEAD,
+        max_decoded_bytes: 8 * LIMIT,
+        max_decoded_bytes_per_connection: 2 * LIMIT,
+        ..sut_node::limits::Limits::default()
+    };
+    let (addr, _stop) = node_with(codecs, 0, 1, limits).await;
     // Eight connections stream inputs that each decode to the limit, and
     // read their answers; the synthetic backend's work grows with the input.
     let bomb = Bytes::from(streamed_zstd(LIMIT));

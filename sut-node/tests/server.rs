@@ -841,16 +841,22 @@ async fn a_message_over_the_limit_is_refused_at_its_header() {
     node.stop().await;
 }
 
-/// Virtual memory of this process (the node runs in it), in MiB.
-fn vm_size_mib() -> u64 {
+/// A memory figure of this process (the node runs in it) from
+/// /proc/self/status (`VmSize`, `VmRSS`...), in MiB.
+fn memory_mib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kib = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap();
     kib / 1024
+}
+
+/// Virtual memory of this process, in MiB.
+fn vm_size_mib() -> u64 {
+    memory_mib("VmSize")
 }
 
 #[tokio::test]
@@ -987,16 +993,9 @@ async fn one_connection_holds_at_most_its_share_of_the_budget() {
     node.stop().await;
 }
 
-/// Resident memory of this process (the node runs in it), in MiB.
+/// Resident memory of this process, in MiB.
 fn rss_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap();
-    kib / 1024
+    memory_mib("VmRSS")
 }
 
 #[tokio::test]

@@ -132,39 +132,15 @@ fn a_run_stays_valid_beside_a_hostile_client() {
         "every probe stream opened"
     );
 
-    let out = scratch("hostile");
-    let o = loadgen(&[
-        "--sut",
-        &sut_list(std::slice::from_ref(&node)),
-        "--model",
-        "resnet50",
-        "--scenario",
-        "Server",
-        "--mode",
-        "PerformanceOnly",
-        "--set",
-        "target_qps=200",
-        "--set",
-        "min_duration=3000",
-        // A generous bound: the test is about the node serving at all, not
-        // about this (shared) host's latency.
-        "--set",
-        "target_latency=10000",
-        "--sample-bytes",
-        "4096",
-        "--total-sample-count",
-        "256",
-        "--no-trace",
-        "--output-dir",
-        out.to_str().expect("utf-8 path"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(
-        detail_value(&out, "result_validity").and_then(|v| v.as_str().map(String::from)),
-        Some("VALID".into()),
-        "{}",
-        text(&o.stdout)
+    // A generous bound: the test is about the node serving at all, not
+    // about this (shared) host's latency.
+    let (o, out) = server_run(
+        &node,
+        "hostile",
+        &["--sample-bytes", "4096", "--set", "target_latency=10000"],
     );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(validity(&out), Some("VALID".into()), "{}", text(&o.stdout));
     // The attacker's unread answers and queued inputs are bounded: far
     // below what its streams sent.
     let rss = rss_mib(node.pid());
