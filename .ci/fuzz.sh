@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A short run of every fuzz target (tests/fuzz/fuzz_targets: the config parser, the
 # .npy reader, the frame decoder of both transports, the protobuf messages of both
-# directions, the codecs' decoders, the SSE parser), FUZZ_SECONDS each
+# directions, the codecs' decoders, the SSE parser, the Probe and Describe
+# requests as a node reads and answers them), FUZZ_SECONDS each
 # (default 10). Needs a nightly toolchain and cargo-fuzz; they are installed
 # when missing, and the step is skipped, saying so, where they cannot be.
 # For long runs, see docs/fuzzing.md.

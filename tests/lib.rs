@@ -2,6 +2,7 @@
 //! as real processes on 127.0.0.1, and readers of the logs they leave.
 
 pub mod collector;
+pub mod hostile;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,8 +11,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// A binary of this workspace, built next to the test executable
-/// (`tests/run.sh` builds them all first).
+/// (`tests/run.sh` builds them all first), or in `$MLPERF_NET_BINARIES` when
+/// set (another build, for a bench to compare).
 pub fn binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("MLPERF_NET_BINARIES") {
+        return PathBuf::from(dir).join(name);
+    }
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let dir = exe

@@ -438,6 +438,68 @@ pub fn encode_error(text: &str, out: &mut BytesMut) {
     out.put_slice(bytes);
 }
 
+/// Zeros that every probe reply's payload is cut from: one buffer for the
+/// whole process, never written, so that it takes no memory of its own.
+static ZEROS: [u8; ZEROS_LEN] = [0; ZEROS_LEN];
+const ZEROS_LEN: usize = 1 << 20;
+
+/// A `ProbeReply` of `reply_bytes` zero bytes as one frame, in chunks to
+/// write in order: exactly prost's encoding of the message, its payload
+/// slices of one static buffer. However large the reply, and however slowly
+/// the client reads it, the node holds no more than this small iterator and
+/// the chunk in the transport's hands.
+#[derive(Debug)]
+pub struct ProbeReplyChunks {
+    /// The frame header, and the payload's key and length.
+    head: Option<Bytes>,
+    zeros_left: usize,
+    /// The node's clock.
+    tail: Option<Bytes>,
+}
+
+impl ProbeReplyChunks {
+    pub fn new(reply_bytes: usize, unix_time_ns: u64) -> Result<Self, FrameError> {
+        let message = crate::ProbeReply {
+            payload: Bytes::new(),
+            unix_time_ns,
+        };
+        let payload_field = match reply_bytes {
+            0 => 0,
+            n => encoding::key_len(1) + encoding::encoded_len_varint(n as u64) + n,
+        };
+        let len = payload_field + message.encoded_len();
+        let mut head = BytesMut::new();
+        put_header(KIND_MESSAGE, len, &mut head)?;
+        if reply_bytes > 0 {
+            encode_key(1, WireType::LengthDelimited, &mut head);
+            encode_varint(reply_bytes as u64, &mut head);
+        }
+        let mut tail = BytesMut::new();
+        message.encode_raw(&mut tail);
+        Ok(Self {
+            head: Some(head.freeze()),
+            zeros_left: reply_bytes,
+            tail: Some(tail.freeze()).filter(|t| !t.is_empty()),
+        })
+    }
+}
+
+impl Iterator for ProbeReplyChunks {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if let Some(head) = self.head.take() {
+            return Some(head);
+        }
+        if self.zeros_left > 0 {
+            let n = self.zeros_left.min(ZEROS_LEN);
+            self.zeros_left -= n;
+            return Some(Bytes::from_static(&ZEROS[..n]));
+        }
+        self.tail.take()
+    }
+}
+
 /// Frames for one write: small ones are copied into one buffer; large sample
 /// payloads are passed on as their own chunks, uncopied.
 #[derive(Debug, Default)]
@@ -1007,5 +1069,31 @@ mod tests {
         encode_message(&m, &mut expected).unwrap();
         assert_eq!(all, expected.to_vec());
         assert_eq!(all.len(), queued);
+    }
+
+    #[test]
+    fn probe_replies_encode_as_prost_does_cut_from_one_buffer_of_zeros() {
+        for (n, time) in [
+            (0, 0),
+            (0, 7),
+            (5, 0),
+            (1000, 123),
+            ((3 << 20) + 17, u64::MAX),
+        ] {
+            let chunks: Vec<Bytes> = ProbeReplyChunks::new(n, time).unwrap().collect();
+            let all: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            let mut expected = BytesMut::new();
+            let reply = crate::ProbeReply {
+                payload: Bytes::from(vec![0u8; n]),
+                unix_time_ns: time,
+            };
+            encode_message(&reply, &mut expected).unwrap();
+            assert_eq!(all, expected.to_vec(), "{n} bytes at {time}");
+            // Every payload chunk is a slice of the same static zeros.
+            let zeros: Vec<&Bytes> = chunks.iter().filter(|c| c.len() >= 1000).collect();
+            assert!(zeros.iter().all(|c| c.as_ptr() == ZEROS.as_ptr()), "{n}");
+        }
+        let too_large = ProbeReplyChunks::new(MAX_DATA_FRAME, 0).unwrap_err();
+        assert!(matches!(too_large, FrameError::TooLarge { .. }));
     }
 }

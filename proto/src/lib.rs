@@ -15,9 +15,14 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// themselves (`framing`), so that sample payloads are never copied.
 pub const INFER_PATH: &str = "/mlperf_net.v1.SutNode/Infer";
 
+/// The HTTP/2 path of Probe. The node frames its reply itself
+/// (`framing::ProbeReplyChunks`), so that a large reply costs it no memory.
+pub const PROBE_PATH: &str = "/mlperf_net.v1.SutNode/Probe";
+
 pub mod benchmarks;
 pub mod framing;
 pub mod host;
+pub mod node_name;
 pub mod quic;
 pub mod synthetic;
 pub mod tls;
@@ -25,10 +30,14 @@ pub mod tls;
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_infer_path_is_the_services() {
+    fn the_framed_paths_are_the_services() {
         assert_eq!(
             super::INFER_PATH,
             format!("/{}/Infer", super::sut_node_server::SERVICE_NAME)
+        );
+        assert_eq!(
+            super::PROBE_PATH,
+            format!("/{}/Probe", super::sut_node_server::SERVICE_NAME)
         );
     }
 }

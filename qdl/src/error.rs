@@ -84,7 +84,8 @@ pub enum QdlError {
         ours: u32,
     },
     /// A node whose session cannot serve this run: codecs neither side can
-    /// use, or a node name that is empty, too long or unprintable.
+    /// use, or a node name that is empty, too long or holds a character a
+    /// node name may not hold.
     #[error("{node}: {reason}")]
     Incompatible {
         /// The node, as errors name it.

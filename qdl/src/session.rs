@@ -84,33 +84,26 @@ async fn open_one(
     tls: Option<&ClientTls>,
     limits: StreamLimits,
 ) -> Result<Opened, QdlError> {
-    let node = label(addr, None);
     let late = |what: &str| format!("no {what} within {timeout:?}");
-    let connect = Link::connect(addr, tls, timeout, limits.max_message);
-    let link = match tokio::time::timeout(timeout, connect).await {
-        Ok(Ok(l)) => l,
-        Ok(Err(e)) => return Err(QdlError::Connect { node, reason: e.0 }),
-        Err(_) => {
-            return Err(QdlError::Connect {
-                node,
-                reason: late("connection"),
-            })
-        }
-    };
     let rpc_err = |node: &str, step: &'static str, reason: String| QdlError::Rpc {
         node: node.to_string(),
         step,
         reason,
     };
-    let session = match tokio::time::timeout(timeout, link.start_session(request)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(rpc_err(&node, "StartSession", e.0)),
-        Err(_) => return Err(rpc_err(&node, "StartSession", late("reply"))),
+    let mut refusals = Refusals::default();
+    let (link, session) = loop {
+        match start(addr, request.clone(), timeout, tls, limits).await {
+            Err(e) if refused_connection(&e) => match refusals.next_wait() {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => return Err(refusals.explained(e)),
+            },
+            r => break r?,
+        }
     };
     // A name that is refused below stays out of every message.
     let node = match check_node_name(&session.node_name) {
         Ok(()) => label(addr, Some(&session.node_name)),
-        Err(_) => node,
+        Err(_) => label(addr, None),
     };
     check_session(&node, &session, input_codec)?;
 
@@ -129,6 +122,127 @@ async fn open_one(
         inbound,
         window,
     })
+}
+
+/// Connects to the node and starts a session on the connection.
+async fn start(
+    addr: &NodeAddr,
+    request: SessionRequest,
+    timeout: Duration,
+    tls: Option<&ClientTls>,
+    limits: StreamLimits,
+) -> Result<(Link, SessionReply), QdlError> {
+    let node = label(addr, None);
+    let late = |what: &str| format!("no {what} within {timeout:?}");
+    let connect = Link::connect(addr, tls, timeout, limits.max_message);
+    let link = match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return Err(QdlError::Connect { node, reason: e.0 }),
+        Err(_) => {
+            return Err(QdlError::Connect {
+                node,
+                reason: late("connection"),
+            })
+        }
+    };
+    let reason = match tokio::time::timeout(timeout, link.start_session(request)).await {
+        Ok(Ok(session)) => return Ok((link, session)),
+        Ok(Err(e)) => e.0,
+        Err(_) => late("reply"),
+    };
+    Err(QdlError::Rpc {
+        node,
+        step: "StartSession",
+        reason,
+    })
+}
+
+/// What a connection the node closed at once, or refused, looks like from
+/// here: a node at its connection limits says so (gRPC: RESOURCE_EXHAUSTED
+/// and why; QUIC: the transport's refusal), a node restarting refuses or
+/// resets. Worth a few more tries.
+fn refused_connection(e: &QdlError) -> bool {
+    let reason = match e {
+        QdlError::Connect { reason, .. } => reason,
+        QdlError::Rpc {
+            step: "StartSession",
+            reason,
+            ..
+        } => reason,
+        _ => return false,
+    };
+    let reason = reason.to_ascii_lowercase();
+    [
+        NODE_REFUSAL,
+        "refused to accept a new connection",
+        "connection refused",
+        "connection reset",
+        "connection closed",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|m| reason.contains(m))
+}
+
+/// How a node at its connection limits begins the reason it gives.
+const NODE_REFUSAL: &str = "sut-node refused the connection";
+
+/// The waits between the tries of a connection the node refuses: 0.1 s,
+/// then twice the one before, five times (3.1 s in all).
+#[derive(Default)]
+struct Refusals {
+    retries: u32,
+    waited: Duration,
+}
+
+const REFUSED_RETRIES: u32 = 5;
+const FIRST_REFUSED_WAIT: Duration = Duration::from_millis(100);
+
+impl Refusals {
+    /// How long to wait before the next try; `None` once tried enough.
+    fn next_wait(&mut self) -> Option<Duration> {
+        if self.retries >= REFUSED_RETRIES {
+            return None;
+        }
+        let wait = FIRST_REFUSED_WAIT * 2u32.pow(self.retries);
+        self.retries += 1;
+        self.waited += wait;
+        Some(wait)
+    }
+
+    /// `e`, the last refusal, saying how often it came and, unless the node
+    /// said so itself, which limits may be behind it.
+    fn explained(&self, e: QdlError) -> QdlError {
+        let tried = format!(
+            "tried {} times over {:.1} s",
+            self.retries + 1,
+            self.waited.as_secs_f64()
+        );
+        let told = |reason: &str| reason.to_ascii_lowercase().contains(NODE_REFUSAL);
+        let explain = |reason: String| {
+            if told(&reason) {
+                format!("{reason} ({tried})")
+            } else {
+                format!(
+                    "{reason} ({tried}; a node at its connection limits closes new connections \
+                     at once: see its log, and its --max-connections and \
+                     --max-connections-per-peer)"
+                )
+            }
+        };
+        match e {
+            QdlError::Connect { node, reason } => QdlError::Connect {
+                node,
+                reason: explain(reason),
+            },
+            QdlError::Rpc { node, step, reason } => QdlError::Rpc {
+                node,
+                step,
+                reason: explain(reason),
+            },
+            other => other,
+        }
+    }
 }
 
 /// The bounds of one connection's data stream.
@@ -246,29 +360,15 @@ pub(crate) fn node_names(
 }
 
 /// The longest node name accepted, in bytes.
-pub const MAX_NODE_NAME_BYTES: usize = 128;
+pub const MAX_NODE_NAME_BYTES: usize = proto::node_name::MAX_BYTES;
 
-/// A node name goes into the logs and the summary: it must be short,
-/// printable text. Returns why it is not.
+/// A node name goes into the logs and the summary: it must be short and
+/// hold only the characters of `proto::node_name`. Returns why it is not.
 pub(crate) fn check_node_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("the node reported an empty name".into());
+    match proto::node_name::problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(format!("the node reported a name that {problem}")),
     }
-    if name.len() > MAX_NODE_NAME_BYTES {
-        return Err(format!(
-            "the node reported a name of {} bytes (at most {MAX_NODE_NAME_BYTES})",
-            name.len()
-        ));
-    }
-    let unprintable = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
-    if let Some((at, c)) = name.char_indices().find(|&(_, c)| unprintable(c)) {
-        return Err(format!(
-            "the node reported a name with the unprintable character U+{:04X} at byte {at} \
-             (names must be printable text)",
-            c as u32
-        ));
-    }
-    Ok(())
 }
 
 pub(crate) fn check_unique(names: &[String], addrs: &[&NodeAddr]) -> Result<(), QdlError> {
@@ -285,5 +385,76 @@ pub(crate) fn check_unique(names: &[String], addrs: &[&NodeAddr]) -> Result<(), 
         Ok(())
     } else {
         Err(QdlError::DuplicateNames(dups.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connect(reason: &str) -> QdlError {
+        QdlError::Connect {
+            node: "sut-node 10.0.0.1:50051".into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn rpc(step: &'static str, reason: &str) -> QdlError {
+        QdlError::Rpc {
+            node: "sut-node 10.0.0.1:50051".into(),
+            step,
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn refused_connections_are_tried_again_briefly() {
+        let mut r = Refusals::default();
+        let waits: Vec<u128> = std::iter::from_fn(|| r.next_wait())
+            .map(|w| w.as_millis())
+            .collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600]);
+        assert_eq!(r.next_wait(), None);
+
+        let told = "ResourceExhausted: sut-node refused the connection: 64 connections open \
+                    from 10.0.0.9, the --max-connections-per-peer limit, every one of them in \
+                    a session";
+        for refused in [
+            rpc("StartSession", told),
+            rpc(
+                "StartSession",
+                "Unavailable: error trying to connect: Connection reset by peer (os error 104)",
+            ),
+            connect("transport error: Connection refused (os error 111)"),
+            connect("aborted by peer: the server refused to accept a new connection"),
+            // A node closing at once, without a word (over TLS, or older).
+            rpc(
+                "StartSession",
+                "Cancelled: operation was canceled (transport error: operation was canceled: \
+                 connection closed)",
+            ),
+        ] {
+            assert!(refused_connection(&refused), "{refused}");
+        }
+        for not in [
+            rpc("Name", "Unavailable: connection reset"),
+            rpc("StartSession", "no reply within 5s"),
+            connect("invalid peer certificate: UnknownIssuer"),
+            QdlError::NotReady { node: "n".into() },
+        ] {
+            assert!(!refused_connection(&not), "{not}");
+        }
+
+        // The node's own reason is kept; tries are counted.
+        let e = r.explained(rpc("StartSession", told)).to_string();
+        assert!(e.contains("--max-connections-per-peer limit"), "{e}");
+        assert!(e.ends_with("(tried 6 times over 3.1 s)"), "{e}");
+        // Without one, the message says which limits may be behind it.
+        let e = r.explained(connect("Connection reset by peer")).to_string();
+        assert!(
+            e.contains("tried 6 times over 3.1 s; a node at its connection limits")
+                && e.contains("--max-connections-per-peer"),
+            "{e}"
+        );
     }
 }

@@ -77,12 +77,18 @@ fn duplicate_node_names_are_rejected() {
 }
 
 #[test]
-fn names_that_are_not_short_printable_text_are_refused_naming_the_node() {
+fn names_of_other_characters_than_host_names_are_refused_naming_node_and_character() {
     let long = "n".repeat(qdl::MAX_NODE_NAME_BYTES + 1);
     let cases = [
-        ("a\n:::MLLOG {}", "U+000A at byte 1"),
-        ("tab\there", "U+0009 at byte 3"),
-        (long.as_str(), "129 bytes (at most 128)"),
+        ("a\n:::MLLOG {}", "U+000A (a control character) at byte 1"),
+        ("tab\there", "U+0009 (a control character) at byte 3"),
+        (long.as_str(), "129 bytes long (at most 128)"),
+        (
+            "node\u{202E}b-edon",
+            "U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 4",
+        ),
+        ("node\u{200B}a", "U+200B (ZERO WIDTH SPACE) at byte 4"),
+        ("node a", "U+0020 (SPACE) at byte 4"),
     ];
     for (name, why) in cases {
         let good = FakeNode::start(Behaviour::named("ok"));
@@ -99,7 +105,7 @@ fn names_that_are_not_short_printable_text_are_refused_naming_the_node() {
     });
     let e = connect(&[&n], 8).name().unwrap_err().to_string();
     assert!(
-        e.contains(&n.label("n")) && e.contains("U+000D at byte 1"),
+        e.contains(&n.label("n")) && e.contains("U+000D (a control character) at byte 1"),
         "{e}"
     );
 }

@@ -12,9 +12,13 @@
 //! `submit` waits for room, which pushes back on the network stream.
 //!
 //! Jobs are queued by source (the node's connections), and a batch takes
-//! them from the sources in turn, one job each: a client that floods the
-//! node delays the others' samples by at most one job per batch of its own,
-//! not by its whole backlog.
+//! each next job from the source whose jobs, that one included, weigh least
+//! (a job's weight is what it costs the worker, roughly: a sample's input
+//! bytes), counted from when the source last had jobs queued: sources of
+//! equal jobs take turns, one job each, and a client that floods the node,
+//! or sends inputs far larger than another's, delays that other's samples
+//! by about one job of its own, not by its whole backlog nor by one job of
+//! every other busy client.
 //!
 //! When batches run fast (under `FAST_BATCH` each) and several full ones
 //! are queued, the worker takes up to `GROUP_JOBS` jobs' worth of them under
@@ -63,6 +67,12 @@ pub struct Turn {
 #[error("the batcher is closed")]
 pub struct Closed;
 
+/// What a job costs the worker, roughly, in any unit all jobs share: the
+/// sources share the worker by it.
+pub trait Weighed {
+    fn weight(&self) -> u64;
+}
+
 pub struct Batcher<J> {
     shared: Arc<Shared<J>>,
     capacity: usize,
@@ -80,8 +90,11 @@ struct Shared<J> {
 }
 
 struct State<J> {
-    /// The sources with jobs queued, in the order they take turns.
+    /// The sources with jobs queued, in the order they came.
     sources: VecDeque<Source<J>>,
+    /// The weight taken from the source served last, before that job:
+    /// where a source that starts queueing begins.
+    now: u64,
     /// Jobs queued, all sources together.
     queued: usize,
     closed: bool,
@@ -93,6 +106,8 @@ struct State<J> {
 struct Source<J> {
     id: u64,
     jobs: VecDeque<(Instant, J)>,
+    /// The weight of its jobs taken so far.
+    taken: u64,
 }
 
 impl<J> Shared<J> {
@@ -101,15 +116,22 @@ impl<J> Shared<J> {
     }
 }
 
-impl<J> State<J> {
+impl<J: Weighed> State<J> {
     fn push(&mut self, source: u64, now: Instant, jobs: impl ExactSizeIterator<Item = J>) {
         self.queued += jobs.len();
         let queued = jobs.map(|job| (now, job));
         match self.sources.iter_mut().find(|s| s.id == source) {
-            Some(s) => s.jobs.extend(queued),
+            Some(s) => {
+                if s.jobs.is_empty() {
+                    // Time without jobs earns nothing.
+                    s.taken = s.taken.max(self.now);
+                }
+                s.jobs.extend(queued)
+            }
             None => self.sources.push_back(Source {
                 id: source,
                 jobs: queued.collect(),
+                taken: self.now,
             }),
         }
     }
@@ -122,7 +144,8 @@ impl<J> State<J> {
             .min()
     }
 
-    /// Moves up to `n` jobs into `batch`, one from each source in turn.
+    /// Moves up to `n` jobs into `batch`, each the next of the source whose
+    /// jobs, that one included, weigh least (the first of them in line).
     fn take(&mut self, n: usize, batch: &mut impl Extend<J>) {
         let n = n.min(self.queued);
         self.queued -= n;
@@ -137,22 +160,33 @@ impl<J> State<J> {
         self.sources.retain(|s| !s.jobs.is_empty());
         let mut taken = 0;
         while taken < n {
-            let Some(mut source) = self.sources.pop_front() else {
+            // The source that would have taken least once its next job is
+            // taken: a light job goes before heavy ones that tie with it.
+            let lightest = self
+                .sources
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let (_, next) = s.jobs.front()?;
+                    Some((s.taken.saturating_add(next.weight()), i))
+                })
+                .min()
+                .map(|(_, i)| i);
+            let Some(source) = lightest.and_then(|i| self.sources.get_mut(i)) else {
                 break;
             };
-            if let Some((_, job)) = source.jobs.pop_front() {
-                batch.extend(Some(job));
-                taken += 1;
-            }
-            // The next turn goes to the source after it; it goes last.
-            if !source.jobs.is_empty() {
-                self.sources.push_back(source);
-            }
+            let Some((_, job)) = source.jobs.pop_front() else {
+                break;
+            };
+            self.now = self.now.max(source.taken);
+            source.taken = source.taken.saturating_add(job.weight());
+            batch.extend(Some(job));
+            taken += 1;
         }
     }
 }
 
-impl<J: Send + 'static> Batcher<J> {
+impl<J: Weighed + Send + 'static> Batcher<J> {
     /// Starts the worker thread, which calls `run` with each batch (never
     /// empty) and its `Turn`. `run` may drain the batch; whatever it leaves
     /// is dropped.
@@ -170,6 +204,7 @@ impl<J: Send + 'static> Batcher<J> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 sources: VecDeque::new(),
+                now: 0,
                 queued: 0,
                 closed: false,
                 worker_waiting: false,
@@ -214,7 +249,9 @@ impl<J: Send + 'static> Batcher<J> {
         }
         Ok(())
     }
+}
 
+impl<J> Batcher<J> {
     /// Stops the worker after its current batch; queued jobs (those of its
     /// group included) are dropped and submitters get `Closed`.
     pub fn close(&self) {
@@ -238,7 +275,7 @@ fn close<J>(shared: &Shared<J>) {
     shared.work.notify_one();
 }
 
-fn work<J>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) {
+fn work<J: Weighed>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) {
     let BatchPolicy {
         max_batch_size,
         max_wait,
@@ -334,6 +371,13 @@ mod tests {
     use std::task::{Context, Poll, Waker};
 
     const LONG: Duration = Duration::from_secs(10);
+
+    /// Jobs of these tests weigh 1 below 1000, then 1 more per thousand.
+    impl Weighed for u32 {
+        fn weight(&self) -> u64 {
+            u64::from(*self / 1000 + 1)
+        }
+    }
 
     #[test]
     fn groups_take_whole_batches_and_a_partial_one_only_alone() {
@@ -468,7 +512,32 @@ mod tests {
         // A newcomer gets its turn before the flood's rest.
         batcher.submit(3, &mut vec![30]).await.unwrap();
         gate.send(()).unwrap();
-        assert_eq!(jobs(&batches), vec![16, 30, 17]);
+        assert_eq!(jobs(&batches), vec![30, 16, 17]);
+    }
+
+    #[tokio::test]
+    async fn sources_of_heavy_jobs_delay_a_light_one_by_their_weight_not_their_turns() {
+        let (batcher, batches, gate) = gated(policy(4, Duration::ZERO), 64);
+        batcher.submit(9, &mut vec![0]).await.unwrap();
+        assert_eq!(jobs(&batches), vec![0]);
+        // Three sources of heavy jobs (weight 100 each), busy.
+        for s in 1..=3u32 {
+            let heavy = 99_000 + 100 * s;
+            batcher
+                .submit(u64::from(s), &mut (heavy..heavy + 8).collect())
+                .await
+                .unwrap();
+        }
+        gate.send(()).unwrap();
+        assert_eq!(jobs(&batches), vec![99_100, 99_200, 99_300, 99_101]);
+        // A source of light jobs comes: it starts where the heavy ones are,
+        // and its jobs weigh little: all three go first. Taking turns
+        // instead, it would have one job a batch, after one of each heavy
+        // source.
+        batcher.submit(4, &mut vec![1, 2, 3]).await.unwrap();
+        gate.send(()).unwrap();
+        assert_eq!(jobs(&batches), vec![1, 2, 3, 99_201]);
+        gate.send(()).unwrap();
     }
 
     #[tokio::test]

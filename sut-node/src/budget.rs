@@ -7,14 +7,18 @@
 //! run.
 //!
 //! The per-connection budget keeps one client from taking the node's whole
-//! budget, and names the connection for the batcher's round robin.
+//! budget, and names the connection for the batcher. When the node's budget
+//! is spent, the connections that wait for it take it one at a time, the
+//! one holding least of its share first (`Budget::take_fairly`): a client
+//! whose few small inputs are all it holds does not wait behind one input of
+//! every client that holds its whole share.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Bytes are counted in KiB, so that any budget fits a semaphore.
 const UNIT: usize = 1024;
@@ -29,6 +33,31 @@ fn total_units(bytes: usize) -> usize {
 pub(crate) struct Budget {
     units: Arc<Semaphore>,
     total: usize,
+    /// Who waits for units next (see `take_fairly`).
+    gate: Arc<Mutex<Gate>>,
+}
+
+/// The waiters of `Budget::take_fairly`: one waits on the semaphore, the
+/// others in order of what they hold.
+#[derive(Debug, Default)]
+struct Gate {
+    /// One is waiting on the semaphore.
+    busy: bool,
+    /// The others: by units held, then arrival.
+    waiting: BTreeMap<(usize, u64), oneshot::Sender<()>>,
+    arrivals: u64,
+}
+
+impl Gate {
+    /// The semaphore to the next waiter (one that gave up passes it on).
+    fn pass(&mut self) {
+        while let Some((_, next)) = self.waiting.pop_first() {
+            if next.send(()).is_ok() {
+                return;
+            }
+        }
+        self.busy = false;
+    }
 }
 
 impl Budget {
@@ -37,7 +66,46 @@ impl Budget {
         Self {
             units: Arc::new(Semaphore::new(total)),
             total,
+            gate: Arc::default(),
         }
+    }
+
+    /// Units held now.
+    pub(crate) fn held(&self) -> usize {
+        self.total.saturating_sub(self.units.available_permits())
+    }
+
+    /// `units` of the budget, for a connection that holds `held` of its
+    /// share: waiters take the semaphore's units one at a time, the one that
+    /// holds least first (first come, first served among equals). `None` if
+    /// the budget is closed.
+    pub(crate) async fn take_fairly(
+        &self,
+        held: usize,
+        units: u32,
+    ) -> Option<OwnedSemaphorePermit> {
+        let mut turn = GateTurn {
+            gate: Arc::clone(&self.gate),
+            rx: None,
+        };
+        {
+            let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+            if gate.busy {
+                let (tx, rx) = oneshot::channel();
+                gate.arrivals += 1;
+                let arrival = gate.arrivals;
+                gate.waiting.insert((held, arrival), tx);
+                turn.rx = Some(rx);
+            } else {
+                gate.busy = true;
+            }
+        }
+        if let Some(rx) = turn.rx.as_mut() {
+            // The budget is gone if the sender is (the node stopping).
+            rx.await.ok()?;
+            turn.rx = None;
+        }
+        Arc::clone(&self.units).acquire_many_owned(units).await.ok()
     }
 
     /// The units `len` bytes take: at most the whole budget, so that any
@@ -48,6 +116,28 @@ impl Budget {
 
     pub(crate) fn semaphore(&self) -> &Arc<Semaphore> {
         &self.units
+    }
+}
+
+/// A place at a budget's gate: dropped, it passes the semaphore on (if it
+/// had it, or was given it while it gave up waiting).
+struct GateTurn {
+    gate: Arc<Mutex<Gate>>,
+    /// Set while waiting for the semaphore.
+    rx: Option<oneshot::Receiver<()>>,
+}
+
+impl Drop for GateTurn {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            // Closed first: it cannot be given the semaphore after the check.
+            rx.close();
+            if rx.try_recv().is_err() {
+                return;
+            }
+        }
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        gate.pass();
     }
 }
 
@@ -117,6 +207,48 @@ mod tests {
         assert_eq!(b.units(UNIT + 1), 2);
         assert_eq!(b.units(1 << 30), 10, "a huge input takes the whole budget");
         assert_eq!(b.semaphore().available_permits(), 10);
+    }
+
+    /// Polls `f` once.
+    fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::pin::Pin::new(f).poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn a_spent_budget_goes_first_to_the_waiter_that_holds_least() {
+        let budget = Budget::new(8 * UNIT);
+        let mut all = poll_once(&mut Box::pin(budget.take_fairly(0, 8)))
+            .unwrap()
+            .unwrap();
+        // Waiting, in this order: two that hold much, then one that holds
+        // little; and one that gives up.
+        let mut heavy_a = Box::pin(budget.take_fairly(100, 4));
+        let mut heavy_b = Box::pin(budget.take_fairly(100, 4));
+        let mut gives_up = Box::pin(budget.take_fairly(0, 1));
+        let mut light = Box::pin(budget.take_fairly(1, 1));
+        for waiting in [&mut heavy_a, &mut heavy_b, &mut gives_up, &mut light] {
+            assert!(poll_once(waiting).is_none());
+        }
+        drop(gives_up);
+        // Units come back one at a time: the first waiter (heavy_a, on the
+        // semaphore) needs four; once it has them, the light one goes next.
+        for _ in 0..3 {
+            drop(all.split(1));
+            assert!(poll_once(&mut heavy_a).is_none());
+        }
+        drop(all.split(1));
+        let a = poll_once(&mut heavy_a).unwrap().unwrap();
+        drop(all.split(1));
+        let l = poll_once(&mut light).unwrap().unwrap();
+        assert_eq!((a.num_permits(), l.num_permits()), (4, 1));
+        assert!(poll_once(&mut heavy_b).is_none());
+        drop((all, a, l));
+        assert_eq!(poll_once(&mut heavy_b).unwrap().unwrap().num_permits(), 4);
+        assert_eq!(budget.held(), 0);
     }
 
     #[test]

@@ -32,6 +32,7 @@ use crate::backend::{Backend, BatchInfo, Output, SampleSink};
 use crate::batcher::{Batcher, Turn};
 use crate::budget::{Budget, Connection, Connections};
 use crate::codec;
+use crate::decode_pool::DecodePool;
 use crate::metrics::{Batches, Received, NODE as METRICS};
 use crate::node_config::NodeConfig;
 use crate::stop::stopped;
@@ -61,9 +62,9 @@ pub(crate) struct DataPath {
     pub(crate) decoded: Budget,
     /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
     pub(crate) connections: Connections,
-    /// Turns to decode compressed inputs, one per core, shared by all
-    /// streams; one stream may use them all.
-    decoding: Arc<tokio::sync::Semaphore>,
+    /// Turns to decode compressed inputs, one per core, shared fairly by
+    /// the connections; one stream may use them all.
+    decoding: Arc<DecodePool>,
     decoding_turns: usize,
 }
 
@@ -92,7 +93,7 @@ impl DataPath {
             stop,
             decoded: Budget::new(limits.max_decoded_bytes),
             connections: Connections::new(limits.max_decoded_bytes_per_connection),
-            decoding: Arc::new(tokio::sync::Semaphore::new(decoding_turns)),
+            decoding: Arc::new(DecodePool::new(decoding_turns)),
             decoding_turns,
         })
     }
@@ -137,6 +138,14 @@ pub(crate) struct Job {
     received: std::time::Instant,
     /// The trace it continues, when the LoadGen node traces it.
     trace: Option<Box<crate::otlp::SampleTrace>>,
+}
+
+/// A sample costs the worker about its input's bytes (those of the
+/// synthetic backend, the copies and pre-processing of real ones).
+impl crate::batcher::Weighed for Job {
+    fn weight(&self) -> u64 {
+        self.input.len() as u64
+    }
 }
 
 /// An answer's timings as the worker knows them (see `SampleAnswer`).
@@ -476,7 +485,10 @@ async fn read_samples<S, E>(
                     match work {
                         // Nothing decoding ahead of it: placed at once.
                         Err(input) if decodes.len() == 0 => ready = Some((taken, input)),
-                        work => decodes.start(taken, &node.decoding, work).await,
+                        work => {
+                            let turn = (&node.decoding, connection.id, bound);
+                            decodes.start(taken, turn, work).await
+                        }
                     }
                 }
                 Ok(Some(ToNode { kind: None })) => {
@@ -622,8 +634,9 @@ async fn submit(
 /// A stream's inputs being decoded, handed back in the order they came:
 /// raw payloads as they are; compressed ones decoded on the blocking pool,
 /// several of one stream at once (at most `width`, and no more than the
-/// pool's turns, one per core, shared by all streams), so that decoding never
-/// holds up the network threads nor waits on one core.
+/// pool's turns, one per core, shared fairly by the connections: see
+/// `decode_pool`), so that decoding never holds up the network threads nor
+/// waits on one core.
 struct Decodes<T> {
     width: usize,
     queue: VecDeque<(T, Decoding)>,
@@ -646,12 +659,14 @@ impl<T> Decodes<T> {
         self.queue.len()
     }
 
-    /// Starts `work` on the pool once it has a turn; `Err(result)`: nothing
-    /// to do off the network thread (a raw input), the result is there.
+    /// Starts `work` on the pool once connection `conn` has a turn for its
+    /// `bound` bytes (`turn`: the pool, `conn`, `bound`); `Err(result)`:
+    /// nothing to do off the network thread (a raw input), the result is
+    /// there.
     async fn start(
         &mut self,
         meta: T,
-        pool: &Arc<tokio::sync::Semaphore>,
+        (pool, conn, bound): (&Arc<DecodePool>, u64, usize),
         work: Result<
             impl FnOnce() -> Result<Bytes, String> + Send + 'static,
             Result<Bytes, String>,
@@ -661,13 +676,14 @@ impl<T> Decodes<T> {
             Err(done) => Decoding::Done(done),
             // The turn is held while the decode runs, not until its result
             // is taken: streams waiting for turns never wait on each other.
-            Ok(work) => match Arc::clone(pool).acquire_owned().await {
-                Ok(turn) => Decoding::Running(tokio::task::spawn_blocking(move || {
-                    let _turn = turn;
-                    work()
-                })),
-                Err(_) => Decoding::Done(Err("the node is stopping".to_string())),
-            },
+            Ok(work) => {
+                let mut turn = pool.turn(conn, bound as u64).await;
+                Decoding::Running(tokio::task::spawn_blocking(move || {
+                    let decoded = work();
+                    turn.decoded(decoded.as_ref().map_or(0, Bytes::len));
+                    decoded
+                }))
+            }
         };
         self.queue.push_back((meta, decoding));
     }
@@ -707,7 +723,8 @@ fn try_budget(connection: &Connection, node: &DataPath, mine: u32, all: u32) -> 
 }
 
 /// Both budgets' units, waiting for them: the connection's first, so that a
-/// connection over its share does not hold any of the node's meanwhile.
+/// connection over its share does not hold any of the node's meanwhile; then
+/// the node's, those that hold least of their shares first.
 async fn wait_budget(
     connection: &Connection,
     node: &DataPath,
@@ -718,10 +735,8 @@ async fn wait_budget(
         .acquire_many_owned(mine)
         .await
         .ok()?;
-    let shared = Arc::clone(node.decoded.semaphore())
-        .acquire_many_owned(all)
-        .await
-        .ok()?;
+    let held = connection.budget.held();
+    let shared = node.decoded.take_fairly(held, all).await?;
     Some((own, shared))
 }
 
@@ -1227,7 +1242,7 @@ mod tests {
     async fn a_streams_inputs_decode_at_once_and_come_back_in_order() {
         // Two decodes that each finish only once the other has started:
         // one at a time, the first would time out.
-        let pool = Arc::new(tokio::sync::Semaphore::new(2));
+        let pool = Arc::new(DecodePool::new(2));
         let (a_started, a_seen) = std::sync::mpsc::channel::<()>();
         let (b_started, b_seen) = std::sync::mpsc::channel::<()>();
         let wait = std::time::Duration::from_secs(20);
@@ -1246,11 +1261,11 @@ mod tests {
                 .map(|()| Bytes::from_static(b"b"))
                 .map_err(|_| "a never ran beside b".to_string())
         };
-        decodes.start(1, &pool, Ok(work_a)).await;
-        decodes.start(2, &pool, Ok(work_b)).await;
+        decodes.start(1, (&pool, 1, 1), Ok(work_a)).await;
+        decodes.start(2, (&pool, 1, 1), Ok(work_b)).await;
         // A raw input behind them waits its turn.
         let raw: Result<fn() -> Result<Bytes, String>, _> = Err(Ok(Bytes::from_static(b"c")));
-        decodes.start(3, &pool, raw).await;
+        decodes.start(3, (&pool, 1, 1), raw).await;
         let mut got = Vec::new();
         while let Some((id, r)) = decodes.next(true).await {
             got.push((id, r));
@@ -1263,7 +1278,9 @@ mod tests {
                 (3, Ok(Bytes::from_static(b"c"))),
             ]
         );
-        assert_eq!(pool.available_permits(), 2, "turns given back");
+        // Turns given back: both at once again.
+        let both = (pool.turn(1, 1).await, pool.turn(2, 1).await);
+        drop(both);
     }
 
     #[tokio::test]
@@ -1271,12 +1288,12 @@ mod tests {
         // Two streams, one turn: the first stream's finished decode, not
         // yet taken, must not keep the second waiting (they would wait on
         // each other once both hold a result and want a turn).
-        let pool = Arc::new(tokio::sync::Semaphore::new(1));
+        let pool = Arc::new(DecodePool::new(1));
         let (mut first, mut second) = (Decodes::new(4), Decodes::new(4));
         first
-            .start(1, &pool, Ok(|| Ok(Bytes::from_static(b"1"))))
+            .start(1, (&pool, 1, 1), Ok(|| Ok(Bytes::from_static(b"1"))))
             .await;
-        let started = second.start(2, &pool, Ok(|| Ok(Bytes::from_static(b"2"))));
+        let started = second.start(2, (&pool, 2, 1), Ok(|| Ok(Bytes::from_static(b"2"))));
         tokio::time::timeout(std::time::Duration::from_secs(20), started)
             .await
             .expect("the second stream got the turn");
@@ -1286,18 +1303,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_decoded_input_waits_behind_an_older_one_until_the_width_is_reached() {
-        let pool = Arc::new(tokio::sync::Semaphore::new(4));
+        let pool = Arc::new(DecodePool::new(4));
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let mut decodes = Decodes::new(2);
         let slow = move || {
             let _ = gate.recv();
             Ok(Bytes::from_static(b"slow"))
         };
-        decodes.start(1, &pool, Ok(slow)).await;
+        decodes.start(1, (&pool, 1, 4), Ok(slow)).await;
         // Below the width, a running decode is not waited for.
         assert!(decodes.next(false).await.is_none());
         let raw: Result<fn() -> Result<Bytes, String>, _> = Err(Ok(Bytes::new()));
-        decodes.start(2, &pool, raw).await;
+        decodes.start(2, (&pool, 1, 0), raw).await;
         // The width is reached: the oldest is awaited, so release it.
         let _ = release.send(());
         assert_eq!(decodes.next(false).await.map(|d| d.0), Some(1));
@@ -1368,7 +1385,7 @@ mod tests {
         let (_stop, stop) = tokio::sync::watch::channel(false);
         let mut node = DataPath::start(config, Arc::new(backend), stop).unwrap();
         // As many decodes at once as a 4-core machine runs, whatever this one.
-        node.decoding = Arc::new(tokio::sync::Semaphore::new(TURNS));
+        node.decoding = Arc::new(DecodePool::new(TURNS));
         node.decoding_turns = TURNS;
         let node = Arc::new(node);
 

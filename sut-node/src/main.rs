@@ -110,9 +110,15 @@ struct ServeArgs {
     threads: Option<usize>,
 
     /// The node's name in the LoadGen node's logs [default: this machine's
-    /// hostname].
+    /// hostname]: ASCII letters, digits, '.', '-' and '_'.
     #[arg(long)]
     name: Option<String>,
+
+    /// Refuse `Describe` (what `loadgen-node preflight` reads of the node:
+    /// OS, kernel, NIC names and addresses, versions). Without mutual TLS,
+    /// any client that reaches the port may ask it otherwise.
+    #[arg(long)]
+    no_describe: bool,
 
     /// Inference backend. `synthetic` emulates an accelerator: a configurable
     /// service time per batch and answers derived from the inputs, which the
@@ -458,6 +464,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         Some(name) => name.clone(),
         None => hostname(),
     };
+    // The name goes into the LoadGen node's logs, which refuses the rest.
+    if let Some(problem) = proto::node_name::problem(&name) {
+        match &args.name {
+            Some(_) => bail!("--name {name:?} {problem}"),
+            None => bail!("the host name {name:?} {problem}: give the node a --name"),
+        }
+    }
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Synthetic => {
             tracing::info!(service_time = %args.service_time, "synthetic backend");
@@ -549,7 +562,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
         let _ = writeln!(stdout, "{ready_line}");
         let _ = stdout.flush();
     };
-    server::serve_on(bound.endpoints, config, backend, shutdown, on_ready).await?;
+    let endpoints = server::Endpoints {
+        describe: !args.no_describe,
+        ..bound.endpoints
+    };
+    server::serve_on(endpoints, config, backend, shutdown, on_ready).await?;
     Ok(())
 }
 
@@ -715,6 +732,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Resul
                     grpc,
                     grpc_tls,
                     quic: None,
+                    describe: true,
                 },
                 grpc_addr,
                 quic_addr: None,
@@ -729,6 +747,7 @@ async fn bind(name: &str, listen: &str, net: &NetArgs, limits: &Limits) -> Resul
                         grpc,
                         grpc_tls,
                         quic: Some(endpoint),
+                        describe: true,
                     },
                     grpc_addr,
                     quic_addr,

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use crate::backend::BackendError;
 use crate::codec;
 use crate::infer::DataPath;
+use crate::listen::Slots;
 use crate::node_config::NodeConfig;
 
 /// The scenarios a session may name (LoadGen's spelling).
@@ -52,23 +53,38 @@ pub(crate) struct Node {
     pub(crate) ready: AtomicBool,
     /// Numbers the Infer streams in the logs.
     pub(crate) streams: AtomicU64,
+    /// Whether `Describe` answers (`--no-describe`: no).
+    describe: bool,
     /// Connections (by peer address) whose last session was refused, with
     /// the reason: their Infer streams are refused too.
     refused: Mutex<HashMap<SocketAddr, String>>,
+    /// The places of each transport's connections: those with an accepted
+    /// session keep theirs.
+    pub(crate) grpc_slots: Arc<Slots>,
+    pub(crate) quic_slots: Arc<Slots>,
 }
+
+/// Marks a control request that came over QUIC (whose connections have
+/// places of their own).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverQuic;
 
 /// Most connections whose refused session is remembered; past it the oldest
 /// knowledge is dropped, so a client cannot grow the table without bound.
 const MAX_REFUSED_PEERS: usize = 4096;
 
 impl Node {
-    pub(crate) fn new(data: Arc<DataPath>, backend_name: String) -> Self {
+    pub(crate) fn new(data: Arc<DataPath>, backend_name: String, describe: bool) -> Self {
+        let limits = data.config.limits;
         Self {
             data,
             backend_name,
             ready: AtomicBool::new(false),
             streams: AtomicU64::new(0),
+            describe,
             refused: Mutex::default(),
+            grpc_slots: Arc::new(Slots::new(limits)),
+            quic_slots: Arc::new(Slots::new(limits)),
         }
     }
 
@@ -91,9 +107,16 @@ impl Node {
         )))
     }
 
-    /// Remembers whether `peer`'s latest session was refused.
-    fn session_outcome(&self, peer: Option<SocketAddr>, refusal: &str) {
+    /// Remembers whether `peer`'s latest session was refused; a connection
+    /// with an accepted one keeps its place in the limits.
+    fn session_outcome(&self, peer: Option<SocketAddr>, over_quic: bool, refusal: &str) {
         let Some(peer) = peer else { return };
+        let slots = if over_quic {
+            &self.quic_slots
+        } else {
+            &self.grpc_slots
+        };
+        slots.session(peer, refusal.is_empty());
         let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         if refusal.is_empty() {
             refused.remove(&peer);
@@ -156,10 +179,11 @@ impl SutNode for Service {
     ) -> Result<Response<SessionReply>, Status> {
         let node = &self.0;
         let remote = request.remote_addr();
+        let over_quic = request.extensions().get::<OverQuic>().is_some();
         let peer = peer(&request);
         let request = request.into_inner();
         let refusal = refusal(node.config(), &request).unwrap_or_default();
-        node.session_outcome(remote, &refusal);
+        node.session_outcome(remote, over_quic, &refusal);
         let ready = node.ready.load(Ordering::Acquire);
         crate::metrics::NODE.session(refusal.is_empty());
         if refusal.is_empty() {
@@ -199,24 +223,30 @@ impl SutNode for Service {
         _: Request<proto::DescribeRequest>,
     ) -> Result<Response<proto::DescribeReply>, Status> {
         let node = &self.0;
+        if !node.describe {
+            return Err(Status::permission_denied(format!(
+                "sut-node {} does not describe itself (it was started with --no-describe)",
+                node.config().name
+            )));
+        }
         Ok(Response::new(crate::describe::describe(
             &node.config().name,
             &node.backend_name,
         )))
     }
 
+    /// Not reached: `grpc_framed::FramedRoutes` serves Probe before this
+    /// service sees it, framing the reply itself.
     async fn probe(
         &self,
-        request: Request<proto::ProbeRequest>,
+        _request: Request<proto::ProbeRequest>,
     ) -> Result<Response<proto::ProbeReply>, Status> {
-        crate::describe::probe(request.get_ref())
-            .map(Response::new)
-            .map_err(Status::invalid_argument)
+        Err(Status::internal("sut-node: Probe reached the wrong route"))
     }
 
     type InferStream = ReceiverStream<Result<FromNode, Status>>;
 
-    /// Not reached: `grpc_infer::WithInfer` serves the Infer path before
+    /// Not reached: `grpc_framed::FramedRoutes` serves the Infer path before
     /// this service sees it, framing the stream itself.
     async fn infer(
         &self,

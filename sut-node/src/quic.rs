@@ -32,8 +32,8 @@ use tracing::{debug, info, warn};
 
 use crate::infer;
 use crate::limits::Limits;
-use crate::listen::{Slot, Slots, Throttled};
-use crate::node::{Node, ServeError, Service};
+use crate::listen::{Evict, Slot, Throttled};
+use crate::node::{Node, OverQuic, ServeError, Service};
 use crate::stop::stopped;
 
 /// How long a stream may take to say what it is, and a control stream to
@@ -91,8 +91,8 @@ pub fn endpoint_config() -> quinn::EndpointConfig {
 pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<(), ServeError> {
     let mut stop = node.data.stop.clone();
     let mut connections = JoinSet::new();
-    let slots = Slots::new(node.config().limits);
-    let mut refused = Throttled::default();
+    let slots = Arc::clone(&node.quic_slots);
+    let (mut refused, mut evicted) = (Throttled::default(), Throttled::default());
     loop {
         let incoming = tokio::select! {
             _ = stopped(&mut stop) => break,
@@ -102,9 +102,17 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<
         };
         let Some(incoming) = incoming else { break };
         let peer = incoming.remote_address();
-        match slots.take(peer.ip()) {
-            Ok(slot) => {
-                connections.spawn(connection(incoming, Arc::clone(&node), slot));
+        let evict = Arc::new(tokio::sync::Notify::new());
+        match slots.take(peer, Evict::Notify(Arc::clone(&evict))) {
+            Ok(taken) => {
+                if let Some((other, limit)) = taken.evicted {
+                    evicted.warn(&format!(
+                        "QUIC connection from {other} closed to make room for one from {peer}: \
+                         it had started no session ({limit})"
+                    ));
+                }
+                let node = Arc::clone(&node);
+                connections.spawn(connection(incoming, node, taken.slot, evict));
             }
             Err(why) => {
                 refused.warn(&format!("QUIC connection from {peer} refused: {why}"));
@@ -119,21 +127,35 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<
     Ok(())
 }
 
-/// Serves one connection; `_slot` holds its place in the limits.
-async fn connection(incoming: quinn::Incoming, node: Arc<Node>, _slot: Slot) {
+/// The code a QUIC connection is closed with when it makes room for
+/// another (see `listen::Slots`).
+const EVICTED: u32 = 1;
+
+/// Serves one connection; `_slot` holds its place in the limits, until
+/// `evict` says to make room.
+async fn connection(
+    incoming: quinn::Incoming,
+    node: Arc<Node>,
+    _slot: Slot,
+    evict: Arc<tokio::sync::Notify>,
+) {
     let peer = incoming.remote_address();
     let handshake = node.config().limits.handshake_timeout;
-    let conn = match tokio::time::timeout(handshake, incoming).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            // An unknown client (mutual TLS) ends here.
-            warn!(%peer, "QUIC connection refused: {e}");
-            return;
-        }
-        Err(_) => {
-            warn!(%peer, "QUIC connection closed: no handshake within {handshake:?}");
-            return;
-        }
+    let shake = tokio::time::timeout(handshake, incoming);
+    let conn = tokio::select! {
+        c = shake => match c {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                // An unknown client (mutual TLS) ends here.
+                warn!(%peer, "QUIC connection refused: {e}");
+                return;
+            }
+            Err(_) => {
+                warn!(%peer, "QUIC connection closed: no handshake within {handshake:?}");
+                return;
+            }
+        },
+        _ = evict.notified() => return,
     };
     debug!(%peer, "QUIC connection");
     let mut stop = node.data.stop.clone();
@@ -141,6 +163,13 @@ async fn connection(incoming: quinn::Incoming, node: Arc<Node>, _slot: Slot) {
     loop {
         let accepted = tokio::select! {
             _ = stopped(&mut stop) => break,
+            _ = evict.notified() => {
+                conn.close(
+                    EVICTED.into(),
+                    b"sut-node closed this connection, which had started no session, to make room for another",
+                );
+                break;
+            }
             s = conn.accept_bi() => s,
             Some(_) = streams.join_next(), if !streams.is_empty() => continue,
         };
@@ -215,17 +244,7 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
             .await;
             encoded(m, &mut out)
         }
-        stream_type::PROBE => {
-            // Probes carry sample-sized payloads: the data path's limit.
-            let m = control_sized(
-                &mut recv,
-                peer,
-                data_frame_limit(&node),
-                move |r: tonic::Request<proto::ProbeRequest>| async move { service.probe(r).await },
-            )
-            .await;
-            encoded(m, &mut out)
-        }
+        stream_type::PROBE => return probe(send, recv, &node, peer).await,
         stream_type::INFER => return infer_stream(send, recv, node, peer).await,
         other => Err(format!("unknown stream type {other}")),
     };
@@ -235,6 +254,39 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, node: Arc<Node>, pee
         encode_error(&e, &mut out);
     }
     finish(&mut send, out.freeze()).await;
+}
+
+/// Answers a probe stream: its request (probes carry sample-sized payloads:
+/// the data path's limit), then the reply's chunks, written as the client
+/// takes them (cut from one static buffer: a reply never read costs nothing).
+async fn probe(mut send: SendStream, mut recv: RecvStream, node: &Node, peer: SocketAddr) {
+    let mut decoder = FrameDecoder::new(data_frame_limit(node));
+    let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT, read_frame(&mut recv, &mut decoder));
+    let reply = match read.await {
+        Ok(Ok(Some(frame))) => frame
+            .decode::<proto::ProbeRequest>("request")
+            .map_err(|e| e.to_string())
+            .and_then(|request| crate::describe::probe(&request)),
+        Ok(Ok(None)) => Err("the stream ended before its request".into()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no request within {FIRST_BYTE_TIMEOUT:?}")),
+    };
+    match reply {
+        Ok(chunks) => {
+            for chunk in chunks {
+                if send.write_chunk(chunk).await.is_err() {
+                    return;
+                }
+            }
+            finish(&mut send, Bytes::new()).await;
+        }
+        Err(e) => {
+            warn!(%peer, "answering a QUIC stream with an error: {e}");
+            let mut out = BytesMut::new();
+            encode_error(&e, &mut out);
+            finish(&mut send, out.freeze()).await;
+        }
+    }
 }
 
 /// The largest Infer or Probe frame accepted: the node's message limit.
@@ -258,22 +310,7 @@ where
     F: FnOnce(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
 {
-    control_sized(recv, peer, MAX_CONTROL_FRAME, handle).await
-}
-
-/// `control` with requests of up to `max` bytes.
-async fn control_sized<Req, Rep, F, Fut>(
-    recv: &mut RecvStream,
-    peer: SocketAddr,
-    max: usize,
-    handle: F,
-) -> Result<Rep, String>
-where
-    Req: Message + Default,
-    F: FnOnce(tonic::Request<Req>) -> Fut,
-    Fut: Future<Output = Result<tonic::Response<Rep>, tonic::Status>>,
-{
-    let mut decoder = FrameDecoder::new(max);
+    let mut decoder = FrameDecoder::new(MAX_CONTROL_FRAME);
     let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT, read_frame(recv, &mut decoder));
     let request: Req = match read.await {
         Ok(Ok(Some(frame))) => frame.decode("request").map_err(|e| e.to_string())?,
@@ -286,6 +323,7 @@ where
         local_addr: None,
         remote_addr: Some(peer),
     });
+    request.extensions_mut().insert(OverQuic);
     match handle(request).await {
         Ok(reply) => Ok(reply.into_inner()),
         Err(status) => Err(status.message().to_string()),

@@ -16,7 +16,7 @@ use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::backend::Backend;
-use crate::grpc_infer::WithInfer;
+use crate::grpc_framed::FramedRoutes;
 use crate::infer::DataPath;
 use crate::listen;
 use crate::node::{Node, Service};
@@ -57,6 +57,7 @@ pub async fn serve(
         grpc: Some(listener),
         grpc_tls: None,
         quic: None,
+        describe: true,
     };
     serve_on(endpoints, config, backend, shutdown, on_ready).await
 }
@@ -68,6 +69,10 @@ pub struct Endpoints {
     /// TLS for gRPC; its ALPN must be `h2`.
     pub grpc_tls: Option<rustls::ServerConfig>,
     pub quic: Option<quinn::Endpoint>,
+    /// Whether `Describe` answers (OS, kernel, NIC names and addresses,
+    /// versions), to whoever may connect: with mutual TLS, clients with a
+    /// certificate of its CA; without, anyone. `false`: it is refused.
+    pub describe: bool,
 }
 
 /// [`serve`] on any [`Endpoints`]: both transports share the backend, the
@@ -86,7 +91,11 @@ pub async fn serve_on(
         Arc::clone(&backend),
         stop_rx.clone(),
     )?);
-    let node = Arc::new(Node::new(data, backend.name().to_string()));
+    let node = Arc::new(Node::new(
+        data,
+        backend.name().to_string(),
+        endpoints.describe,
+    ));
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
     if let Some(listener) = endpoints.grpc {
@@ -94,16 +103,17 @@ pub async fn serve_on(
         let control = SutNodeServer::new(Service(Arc::clone(&node)))
             .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let service = WithInfer::new(control, Arc::clone(&node));
+        let service = FramedRoutes::new(control, Arc::clone(&node));
         let max_message = limits.max_message_bytes;
         let router = Server::builder()
             // Requests' messages reach tonic only once complete, so that a
             // declared length is never reserved before its bytes arrive.
-            // The Infer route frames its stream itself, holding only what
-            // has arrived (`grpc_infer`).
+            // The Infer and Probe routes frame their requests themselves,
+            // holding only what has arrived (`grpc_framed`).
             .layer(tower::util::MapRequestLayer::new(
                 move |request: http::Request<tonic::body::Body>| {
-                    if request.uri().path() == proto::INFER_PATH {
+                    let path = request.uri().path();
+                    if path == proto::INFER_PATH || path == proto::PROBE_PATH {
                         return request;
                     }
                     request
@@ -119,8 +129,15 @@ pub async fn serve_on(
         let stopping = async move { stopped(&mut stop).await };
         match endpoints.grpc_tls {
             None => {
-                let incoming =
-                    listen::incoming(listener, limits, stop_rx.clone(), |tcp| async { Ok(tcp) });
+                let slots = Arc::clone(&node.grpc_slots);
+                let incoming = listen::incoming(
+                    listener,
+                    slots,
+                    limits,
+                    stop_rx.clone(),
+                    true,
+                    |tcp| async { Ok(tcp) },
+                );
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -129,9 +146,15 @@ pub async fn serve_on(
             }
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-                let incoming = listen::incoming(listener, limits, stop_rx.clone(), move |tcp| {
-                    acceptor.accept(tcp)
-                });
+                let slots = Arc::clone(&node.grpc_slots);
+                let incoming = listen::incoming(
+                    listener,
+                    slots,
+                    limits,
+                    stop_rx.clone(),
+                    false,
+                    move |tcp| acceptor.accept(tcp),
+                );
                 servers.spawn(async move {
                     Ok(router
                         .serve_with_incoming_shutdown(incoming, stopping)
@@ -143,6 +166,7 @@ pub async fn serve_on(
     if let Some(endpoint) = endpoints.quic {
         servers.spawn(crate::quic::serve(endpoint, Arc::clone(&node)));
     }
+    tokio::spawn(crate::memory::give_back_after_bursts(stop_rx.clone()));
 
     let result = tokio::select! {
         r = warm_up_then_wait(&node, backend, shutdown, on_ready) => r,

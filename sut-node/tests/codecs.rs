@@ -1,10 +1,14 @@
 //! The node's codecs over a real Infer stream: compressed inputs decoded
 //! before the backend, answers and first tokens compressed with the output
-//! codec, and bombs and corrupt frames answered with a SampleError.
+//! codec, bombs and corrupt frames answered with a SampleError, and a
+//! stream of small compressed inputs served at its pace beside streams of
+//! inputs that each decode to the limit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio_stream::StreamExt;
 
 use bytes::Bytes;
 use compression::{CodecKind, CodecSpec};
@@ -27,19 +31,34 @@ async fn node(
     codecs: NodeCodecs,
     llm_tokens: u32,
 ) -> (SutNodeClient<Channel>, oneshot::Sender<()>) {
+    let (addr, stop) = node_with(codecs, llm_tokens, 4, sut_node::limits::Limits::default()).await;
+    let client = SutNodeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    (client, stop)
+}
+
+/// A ready synthetic node with `codecs`, batches of up to `max_batch_size`
+/// and `limits`: its address.
+async fn node_with(
+    codecs: NodeCodecs,
+    llm_tokens: u32,
+    max_batch_size: usize,
+    limits: sut_node::limits::Limits,
+) -> (std::net::SocketAddr, oneshot::Sender<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = NodeConfig {
         name: "codec-node".into(),
         model: None,
         batch: BatchPolicy {
-            max_batch_size: 4,
+            max_batch_size,
             max_wait: Duration::ZERO,
         },
         heartbeat: None,
         shutdown_grace: Duration::from_secs(5),
         codecs,
-        limits: sut_node::limits::Limits::default(),
+        limits,
     };
     let backend = Arc::new(Synthetic::new(SyntheticConfig {
         service_time: "fixed:0".parse::<ServiceTime>().unwrap(),
@@ -61,10 +80,7 @@ async fn node(
         },
     ));
     tokio::time::timeout(LONG, ready).await.unwrap().unwrap();
-    let client = SutNodeClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    (client, stop)
+    (addr, stop)
 }
 
 fn sample(id: u64, payload: Vec<u8>, codec: i32) -> ToNode {
@@ -236,5 +252,104 @@ async fn bombs_and_corrupt_inputs_get_sample_errors() {
             "{}",
             errors[&id]
         );
+    }
+}
+
+/// A zstd frame of `len` zeros without its size in the header (the codecs
+/// always write it): the node charges it at its input limit.
+fn streamed_zstd(len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = zstd::stream::Encoder::new(&mut out, 1).unwrap();
+    std::io::Write::write_all(&mut encoder, &vec![0u8; len]).unwrap();
+    encoder.finish().unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_compressed_inputs_wait_for_about_one_input_of_the_limit_not_one_of_each_stream() {
+    // A node whose inputs decode to at most 4 MiB, its budgets in the
+    // defaults' proportions (a connection holds a quarter of the node's).
+    const LIMIT: usize = 4 << 20;
+    let codecs = NodeCodecs {
+        output: CodecSpec::NONE,
+        max_input_bytes: LIMIT,
+    };
+    let limits = sut_node::limits::Limits {
+        max_message_bytes: LIMIT + sut_node::limits::MESSAGE_OVERHEAD,
+        max_decoded_bytes: 8 * LIMIT,
+        max_decoded_bytes_per_connection: 2 * LIMIT,
+        ..sut_node::limits::Limits::default()
+    };
+    let (addr, _stop) = node_with(codecs, 0, 1, limits).await;
+    // Eight connections stream inputs that each decode to the limit, and
+    // read their answers; the synthetic backend's work grows with the input.
+    let bomb = Bytes::from(streamed_zstd(LIMIT));
+    let bombs_answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut bombers = Vec::new();
+    for _ in 0..8 {
+        let mut client = SutNodeClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let bomb = bomb.clone();
+        let samples = tokio_stream::iter(0u64..).map(move |id| ToNode {
+            kind: Some(to_node::Kind::Sample(SampleRequest {
+                id,
+                payload: bomb.clone(),
+                codec: Codec::Zstd as i32,
+                ..Default::default()
+            })),
+        });
+        let mut answers = client.infer(samples).await.unwrap().into_inner();
+        // (The call keeps its connection open once the client is dropped.)
+        let counted = Arc::clone(&bombs_answered);
+        bombers.push(tokio::spawn(async move {
+            while let Ok(Some(m)) = answers.message().await {
+                counted.fetch_add(m.answers.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    }
+    // They are under way.
+    while bombs_answered.load(std::sync::atomic::Ordering::Relaxed) < 16 {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A LoadGen node's connection sends its samples one at a time, each
+    // once the previous one is answered; meanwhile the node answers about
+    // one input of the limit per sample (the one it is on), where taking
+    // turns a sample waited for one of every other busy connection.
+    let mut client = SutNodeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let mut answers = client
+        .infer(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let small = CodecSpec::from(CodecKind::Zstd).codec().compress(&input(1));
+    let before = bombs_answered.load(std::sync::atomic::Ordering::Relaxed);
+    const SAMPLES: u64 = 20;
+    for id in 0..SAMPLES {
+        tx.send(sample(id, small.clone(), Codec::Zstd as i32))
+            .await
+            .unwrap();
+        loop {
+            let m = tokio::time::timeout(LONG, answers.message())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if m.answers.iter().any(|a| a.id == id) {
+                break;
+            }
+        }
+    }
+    let meanwhile = bombs_answered.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(
+        meanwhile < 4 * SAMPLES,
+        "{meanwhile} inputs of the limit answered while {SAMPLES} small ones were"
+    );
+    for b in bombers {
+        b.abort();
     }
 }

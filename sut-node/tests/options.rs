@@ -80,6 +80,14 @@ fn out_of_range_options_are_refused_naming_them() {
             &["serve", "--backend", "synthetic", "--config", "/dev/zero"],
             "/dev/zero: larger than",
         ),
+        (
+            &["serve", "--backend", "synthetic", "--name", "node\u{202E}a"],
+            "holds U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 4",
+        ),
+        (
+            &["serve", "--backend", "synthetic", "--name", "node\u{200B}"],
+            "holds U+200B (ZERO WIDTH SPACE) at byte 4",
+        ),
     ];
     for (args, why) in cases {
         let (code, err) = sut_node(args);

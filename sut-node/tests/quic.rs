@@ -90,6 +90,7 @@ impl Node {
             grpc: None,
             grpc_tls: None,
             quic: Some(endpoint),
+            describe: true,
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready) = oneshot::channel();
@@ -573,5 +574,67 @@ async fn a_client_that_does_not_read_its_answers_gets_no_more_samples_taken() {
     .await;
     assert_eq!(ids.len() as u64, sent);
     let _ = send.reset(0u32.into());
+    node.stop().await;
+}
+
+/// Resident memory of this process (the node runs in it), in MiB.
+fn rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap();
+    kib / 1024
+}
+
+#[tokio::test]
+async fn probe_replies_never_read_cost_the_node_no_memory() {
+    use sut_node::describe::MAX_PROBE_REPLY;
+    let node = Node::start("quic-probe-flood").await;
+    let before = rss_mib();
+    // A client with small stream windows asks the largest reply on 7
+    // streams (1.75 GiB in all) and reads nothing past each reply's first
+    // bytes.
+    let mut transport = loadgen_transport();
+    transport.stream_receive_window((64u32 << 10).into());
+    transport.receive_window((1u32 << 20).into());
+    let (_client, conn) = node.connect(transport).await;
+    let mut request = BytesMut::new();
+    request.put_u8(stream_type::PROBE);
+    let probe = proto::ProbeRequest {
+        payload: Bytes::new(),
+        reply_bytes: MAX_PROBE_REPLY,
+    };
+    encode_message(&probe, &mut request).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..7 {
+        let (mut send, mut recv) = within("a stream", conn.open_bi()).await.unwrap();
+        send.write_all(&request).await.unwrap();
+        send.finish().unwrap();
+        // The reply is under way (the node has made it, as far as it does).
+        let first = within("the reply's first bytes", recv.read_chunk(1 << 10, true)).await;
+        assert!(first.is_ok_and(|c| c.is_some_and(|c| !c.bytes.is_empty())));
+        held.push((send, recv));
+    }
+    let grown = rss_mib().saturating_sub(before);
+    assert!(
+        grown < 256,
+        "the node grew by {grown} MiB for replies nobody reads"
+    );
+    // A real client's probe is still answered.
+    let reply: proto::ProbeReply = node
+        .control(
+            stream_type::PROBE,
+            &proto::ProbeRequest {
+                payload: Bytes::from(vec![1u8; 1000]),
+                reply_bytes: 512 << 10,
+            },
+        )
+        .await;
+    assert_eq!(reply.payload, vec![0u8; 512 << 10]);
+    drop(held);
+    drop(conn);
     node.stop().await;
 }

@@ -8,6 +8,7 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use prost::Message;
 use proto::sut_node_client::SutNodeClient;
 use proto::{
     to_node, Codec, FromNode, HealthRequest, NameRequest, SampleRequest, SessionRequest, ToNode,
@@ -718,7 +719,8 @@ async fn closed_by_node(tcp: &mut tokio::net::TcpStream) {
 }
 
 #[tokio::test]
-async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_served() {
+async fn connections_over_the_limits_make_room_or_are_refused_and_silent_ones_are_closed() {
+    use tokio::io::AsyncWriteExt;
     let config = NodeConfig {
         limits: sut_node::limits::Limits {
             max_connections_per_peer: 3,
@@ -727,31 +729,34 @@ async fn connections_over_the_limits_or_silent_are_closed_and_real_clients_serve
         },
         ..config("node-limits")
     };
-    // The test's own client holds one of this address's three places.
+    // The test's own client holds one of this address's three places, in a
+    // session: it keeps it.
     let mut node = Node::ready(config, synthetic("fixed:0", 4, 0)).await;
-    assert_eq!(node.outstanding().await, 0);
+    let reply = node
+        .client
+        .start_session(session("resnet50", "Server"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reply.refusal.is_empty(), "{}", reply.refusal);
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut first = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    first.write_all(preface).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    second.write_all(preface).await.unwrap();
+    // A fourth connection from this address takes the place of the oldest
+    // one without a session, which is closed at once.
+    let mut third = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    third.write_all(preface).await.unwrap();
+    closed_by_node(&mut first).await;
+    // One that sends nothing takes the next one's place, then is closed
+    // after the handshake timeout.
     let mut silent = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    let mut preface_only = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        preface_only
-            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            .await
-            .unwrap();
-    }
-    // A fourth connection from this address is closed at once, though it
-    // speaks HTTP/2.
-    let mut fourth = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let _ = fourth.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
-    }
-    closed_by_node(&mut fourth).await;
-    // The silent one is closed after the handshake timeout.
+    closed_by_node(&mut second).await;
     closed_by_node(&mut silent).await;
-    drop(preface_only);
-    // The real client still gets answers.
+    // The client in a session still gets answers.
     assert_eq!(node.outstanding().await, 0);
+    drop(third);
     node.stop().await;
 }
 
@@ -836,16 +841,22 @@ async fn a_message_over_the_limit_is_refused_at_its_header() {
     node.stop().await;
 }
 
-/// Virtual memory of this process (the node runs in it), in MiB.
-fn vm_size_mib() -> u64 {
+/// A memory figure of this process (the node runs in it) from
+/// /proc/self/status (`VmSize`, `VmRSS`...), in MiB.
+fn memory_mib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kib = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap();
     kib / 1024
+}
+
+/// Virtual memory of this process, in MiB.
+fn vm_size_mib() -> u64 {
+    memory_mib("VmSize")
 }
 
 #[tokio::test]
@@ -980,4 +991,122 @@ async fn one_connection_holds_at_most_its_share_of_the_budget() {
     }
     assert_eq!(answered.len(), 22);
     node.stop().await;
+}
+
+/// Resident memory of this process, in MiB.
+fn rss_mib() -> u64 {
+    memory_mib("VmRSS")
+}
+
+#[tokio::test]
+async fn probe_replies_never_read_cost_the_node_no_memory() {
+    use sut_node::describe::MAX_PROBE_REPLY;
+    let mut node = Node::ready(config("node-probe"), synthetic("fixed:0", 4, 0)).await;
+    let before = rss_mib();
+    // A raw HTTP/2 client asks the largest reply on all 8 streams its
+    // connection may open (2 GiB in all) and reads nothing past each reply's
+    // first bytes: its stream windows (64 KiB each) stay closed.
+    let tcp = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let handshake = h2::client::Builder::new()
+        .initial_window_size(64 << 10)
+        .initial_connection_window_size(1 << 20)
+        .handshake::<_, Bytes>(tcp);
+    let (client, connection) = within("h2 handshake", handshake).await.unwrap();
+    let mut pings = {
+        let mut connection = connection;
+        let pings = connection.ping_pong().unwrap();
+        tokio::spawn(connection);
+        pings
+    };
+    let mut client = within("h2 ready", client.ready()).await.unwrap();
+    let probe = proto::ProbeRequest {
+        payload: Bytes::new(),
+        reply_bytes: MAX_PROBE_REPLY,
+    };
+    let mut message = vec![0u8];
+    message.extend_from_slice(&(probe.encoded_len() as u32).to_be_bytes());
+    message.extend_from_slice(&probe.encode_to_vec());
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let request = http::Request::post(format!("http://{}{}", node.addr, proto::PROBE_PATH))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(message.clone()), true).unwrap();
+        let mut reply = within("the reply's headers", response)
+            .await
+            .unwrap()
+            .into_body();
+        // The reply is under way (the node has made it, as far as it does).
+        let first = within("the reply's first bytes", reply.data()).await;
+        assert!(first.is_some_and(|d| d.is_ok_and(|d| !d.is_empty())));
+        held.push(reply);
+        client = within("h2 ready", client.ready()).await.unwrap();
+    }
+    within("pong", pings.ping(h2::Ping::opaque()))
+        .await
+        .unwrap();
+    let grown = rss_mib().saturating_sub(before);
+    assert!(
+        grown < 256,
+        "the node grew by {grown} MiB for replies nobody reads"
+    );
+    // A real client's probe is still answered.
+    let reply = node
+        .client
+        .probe(proto::ProbeRequest {
+            payload: Bytes::from(vec![1u8; 1000]),
+            reply_bytes: 3 << 20,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.payload, vec![0u8; 3 << 20]);
+    assert!(reply.unix_time_ns > 0);
+    drop(held);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn describe_is_refused_when_turned_off() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let endpoints = sut_node::server::Endpoints {
+        grpc: Some(listener),
+        grpc_tls: None,
+        quic: None,
+        describe: false,
+    };
+    let task = tokio::spawn(sut_node::server::serve_on(
+        endpoints,
+        config("node-quiet"),
+        synthetic("fixed:0", 4, 0),
+        async {
+            let _ = stopped.await;
+        },
+        || {},
+    ));
+    let mut client = within("connect", SutNodeClient::connect(format!("http://{addr}")))
+        .await
+        .unwrap();
+    let refused = client
+        .describe(proto::DescribeRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert!(
+        refused
+            .message()
+            .contains("node-quiet does not describe itself")
+            && refused.message().contains("--no-describe"),
+        "{refused}"
+    );
+    // The rest answers as ever.
+    let name = client.name(NameRequest {}).await.unwrap().into_inner().name;
+    assert_eq!(name, "node-quiet");
+    let _ = stop.send(());
+    within("serve to return", task).await.unwrap().unwrap();
 }

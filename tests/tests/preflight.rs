@@ -158,6 +158,29 @@ fn measures_describes_and_fills_the_system_description() {
 }
 
 #[test]
+fn a_node_that_does_not_describe_itself_is_measured_all_the_same() {
+    let node = SutNode::start("pf-quiet", &["--no-describe"]);
+    let dir = scratch("preflight-quiet");
+    let o = preflight(&node.addr, &dir, &[]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        err.contains("sut-node pf-quiet does not describe itself")
+            && err.contains("left to fill in"),
+        "{err}"
+    );
+    assert!(
+        out.contains("not described (sut-node --no-describe)"),
+        "{out}"
+    );
+    let net = json(&dir.join("network.json"));
+    let n = &net["nodes"][0];
+    assert_eq!(n["described"], false, "{n}");
+    assert_eq!(n["kernel"], "", "{n}");
+    assert!(n["rtt_p50_us"].as_f64().is_some_and(|r| r > 0.0), "{n}");
+}
+
+#[test]
 fn works_over_quic() {
     let nodes = [SutNode::start("pf-q", &[])];
     let dir = scratch("preflight-quic");

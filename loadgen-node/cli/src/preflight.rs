@@ -203,7 +203,16 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
         eprintln!("loadgen-node: measuring {addr}");
         let probe = NodeProbe::connect(addr, tls.as_ref(), args.connections_per_node, timeout)
             .with_context(|| format!("preflight of {addr}"))?;
-        let described = probe.describe()?;
+        // A node started with --no-describe is measured all the same; what
+        // it would have said is left to fill in.
+        let described = match probe.describe() {
+            Ok(d) => d,
+            Err(e) if e.to_string().contains("does not describe itself") => {
+                eprintln!("loadgen-node: {e}; its OS, kernel and NICs are left to fill in");
+                DescribeReply::default()
+            }
+            Err(e) => return Err(e.into()),
+        };
         let trips = probe.round_trips(args.round_trips)?;
         let mut rtts = trips.rtts.clone();
         rtts.sort();
@@ -270,7 +279,10 @@ fn print_table(reports: &[NodeReport], sample_bytes: usize, wire_bytes: usize) {
     for r in reports {
         println!(
             "{:<28} {:>8.0}us {:>8.0}us {:>10.3}ms {:>14} {:>14}  {:<36} {:<36}",
-            format!("{} ({})", r.described.node_name, r.addr.authority()),
+            match r.described.node_name.as_str() {
+                "" => r.addr.authority().to_string(),
+                name => format!("{name} ({})", r.addr.authority()),
+            },
             r.rtt_p50.as_secs_f64() * 1e6,
             r.rtt_p99.as_secs_f64() * 1e6,
             r.clock_offset_ns as f64 / 1e6,
@@ -282,6 +294,16 @@ fn print_table(reports: &[NodeReport], sample_bytes: usize, wire_bytes: usize) {
     }
     for r in reports {
         let d = &r.described;
+        if d.node_name.is_empty() {
+            println!(
+                "  {}: not described (sut-node --no-describe); in {:.0} samples/s, out {:.0} \
+                 samples/s",
+                r.addr.authority(),
+                r.up_samples_per_s,
+                r.down_samples_per_s
+            );
+            continue;
+        }
         println!(
             "  {}: {} {}; {} ({}); {}; in {:.0} samples/s, out {:.0} samples/s",
             d.node_name,
@@ -315,6 +337,7 @@ fn node_json(r: &NodeReport) -> Value {
         "address": r.addr.to_string(),
         "ip": r.remote.map(|i| i.to_string()),
         "transport": r.addr.transport.describe(false),
+        "described": !d.node_name.is_empty(),
         "name": d.node_name,
         "node_version": d.node_version,
         "backend": d.backend,

@@ -253,6 +253,27 @@ fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
             "*.Offline.target_qps = 1e7",
             "plan 6.600e9 samples",
         ),
+        (
+            "Server",
+            "*.Server.min_query_count = 18446744073709551615",
+            "min_query_count must be an integer from 0 to",
+        ),
+        (
+            "SingleStream",
+            "*.SingleStream.min_query_count = 1000000000000",
+            "min_query_count must be an integer from 0 to",
+        ),
+        (
+            "Offline",
+            "*.Offline.performance_sample_count_override = 1000000000000",
+            "performance_sample_count_override must be an integer from 0 to",
+        ),
+        (
+            "Server",
+            "*.Server.min_duration = 1e10",
+            "reads `1e10` as 1",
+        ),
+        ("Server", "*.Server.min_duration = 1.5", "reads `1.5` as 1"),
     ];
     for (scenario, line, why) in cases {
         let conf = dir.join("user.conf");
@@ -278,6 +299,10 @@ fn settings_that_would_hang_overflow_or_exhaust_memory_are_refused() {
     // The same ranges hold for --set, and for the flags.
     for (flags, why) in [
         (&["--set", "min_duration=-1"][..], "min_duration must be"),
+        (
+            &["--set", "min_query_count=18446744073709551615"][..],
+            "--set:1: `resnet50.Offline.min_query_count = 18446744073709551615` is out of range",
+        ),
         (&["--sample-bytes", "100000000000"][..], "--sample-bytes"),
         (
             &["--connections-per-node", "0"][..],

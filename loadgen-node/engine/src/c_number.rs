@@ -14,6 +14,13 @@ pub(crate) fn is_complete_number(token: &str) -> bool {
         && (scan_integer(b).end == b.len() || scan_float(b).map(|f| f.end) == Some(b.len()))
 }
 
+/// True when the whole token is one C integer (`strtoull`, base 0): what
+/// `strtoull` reads is then what it says.
+pub(crate) fn is_complete_integer(token: &str) -> bool {
+    let b = token.as_bytes();
+    !b.is_empty() && scan_integer(b).end == b.len()
+}
+
 /// Result of scanning an integer prefix.
 struct IntScan {
     /// Bytes consumed; 0 when there is no number at all.

@@ -157,6 +157,20 @@ impl EffectiveSettings {
     }
 }
 
+impl EffectiveSettings {
+    /// The samples the run keeps track of before it issues anything: those
+    /// of the queries it plans (an Offline query's all at once, held in the
+    /// ring of samples in flight) and the loaded set's. What the machine
+    /// holds bounds them (`config::max_planned_samples`).
+    pub fn planned_samples(&self) -> u64 {
+        let queries = self.min_sample_count.max(match self.scenario {
+            Scenario::Offline => self.samples_per_query,
+            _ => 0,
+        });
+        queries.saturating_add(self.performance_sample_count)
+    }
+}
+
 /// A requested QPS, or the fallback with an error message when negative.
 fn checked_qps(name: &str, requested: f64, errors: &mut Vec<String>) -> f64 {
     // NaN passes like the official LoadGen's `>= 0.0` test fails it: it is rejected.

@@ -379,6 +379,12 @@ impl<'a> Test<'a> {
         for p in problems {
             self.log("error_invalid_test_settings", p, here!())?;
         }
+        // The config files' and flags' values were checked; what the audit
+        // config and the QSL's sizes make of them is checked here, before
+        // anything is allocated for them.
+        if let Err(why) = config::check_planned(&eff, config::machine_memory()) {
+            return self.fail(why, here!());
+        }
 
         let capacity = ring_capacity(&eff);
         self.completer = Some(Ring::new(

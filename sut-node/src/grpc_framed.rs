@@ -1,13 +1,16 @@
-//! The gRPC transport's Infer route, framed here (`proto::framing`, gRPC's
-//! own message framing) rather than by tonic: tonic's decoder copies every
-//! request byte into its buffer before decoding, where here a sample's
-//! payload reaches the backend as a slice of the HTTP/2 frame it came in.
-//! The control calls stay with tonic's generated service; [`WithInfer`]
-//! takes the Infer path before it.
+//! The gRPC transport's routes framed here (`proto::framing`, gRPC's own
+//! message framing) rather than by tonic, whose codec copies every message
+//! into its buffer: Infer, where a sample's payload reaches the backend as a
+//! slice of the HTTP/2 frame it came in; and Probe, whose reply (up to
+//! 256 MiB) is cut from one static buffer of zeros, so that replies a client
+//! asks for and never reads cost the node nothing. The other control calls
+//! stay with tonic's generated service; [`FramedRoutes`] takes these paths
+//! before it.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,10 +18,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body as _, Frame as BodyFrame};
-use proto::framing::{FrameDecoder, FrameError, FrameWriter, MAX_DATA_FRAME};
-use proto::{FromNode, ToNode};
+use proto::framing::{FrameDecoder, FrameError, FrameWriter, ProbeReplyChunks, MAX_DATA_FRAME};
+use proto::{FromNode, ProbeRequest, ToNode};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::Status;
@@ -30,24 +33,25 @@ use crate::node::Node;
 /// Most bytes of answers gathered into one body chunk.
 const MAX_CHUNK_BYTES: usize = 1 << 20;
 
-/// `inner` (the generated service), with its Infer path served here.
+/// `inner` (the generated service), with its Infer and Probe paths served
+/// here.
 #[derive(Clone)]
-pub(crate) struct WithInfer<S> {
+pub(crate) struct FramedRoutes<S> {
     inner: S,
     node: Arc<Node>,
 }
 
-impl<S> WithInfer<S> {
+impl<S> FramedRoutes<S> {
     pub(crate) fn new(inner: S, node: Arc<Node>) -> Self {
         Self { inner, node }
     }
 }
 
-impl<S: NamedService> NamedService for WithInfer<S> {
+impl<S: NamedService> NamedService for FramedRoutes<S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S> tower::Service<http::Request<Body>> for WithInfer<S>
+impl<S> tower::Service<http::Request<Body>> for FramedRoutes<S>
 where
     S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>,
     S::Future: Send + 'static,
@@ -62,11 +66,16 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() == proto::INFER_PATH {
-            let response = open(&self.node, request);
-            Box::pin(async move { Ok(response) })
-        } else {
-            Box::pin(self.inner.call(request))
+        match request.uri().path() {
+            proto::INFER_PATH => {
+                let response = open(&self.node, request);
+                Box::pin(async move { Ok(response) })
+            }
+            proto::PROBE_PATH => {
+                let node = Arc::clone(&self.node);
+                Box::pin(async move { Ok(probe(&node, request).await) })
+            }
+            _ => Box::pin(self.inner.call(request)),
         }
     }
 }
@@ -84,10 +93,7 @@ fn open(node: &Arc<Node>, request: http::Request<Body>) -> http::Response<Body> 
     let shown = peer.map_or_else(|| "unknown".to_string(), |a| a.to_string());
     info!(stream, peer = %shown, "infer stream opened");
     let max = node.config().limits.max_message_bytes.min(MAX_DATA_FRAME);
-    let input = Samples {
-        body: request.into_inner(),
-        decoder: FrameDecoder::grpc(max),
-    };
+    let input = Requests::<ToNode>::new(request.into_inner(), max, "ToNode");
     let connection = node.data.connections.of(peer);
     let answers = infer::open(stream, input, connection, Arc::clone(&node.data));
     let mut response = http::Response::new(Body::new(Answers {
@@ -97,26 +103,103 @@ fn open(node: &Arc<Node>, request: http::Request<Body>) -> http::Response<Body> 
         end: None,
         ended: false,
     }));
+    grpc_content(&mut response);
+    response
+}
+
+fn grpc_content(response: &mut http::Response<Body>) {
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/grpc"),
     );
-    response
 }
 
-/// An Infer request's `ToNode` messages, as `infer.rs` reads them.
-struct Samples {
+/// Answers a Probe: its request (at most the node's message limit, holding
+/// only what has arrived), then the reply's chunks as they are sent.
+async fn probe(node: &Node, request: http::Request<Body>) -> http::Response<Body> {
+    let max = node.config().limits.max_message_bytes.min(MAX_DATA_FRAME);
+    let mut requests = Requests::<ProbeRequest>::new(request.into_body(), max, "ProbeRequest");
+    let request = match requests.next().await {
+        Some(Ok(request)) => request,
+        Some(Err(e)) => return Status::invalid_argument(e.to_string()).into_http(),
+        None => return Status::invalid_argument("the stream ended before its request").into_http(),
+    };
+    match crate::describe::probe(&request) {
+        Ok(chunks) => {
+            let mut response = http::Response::new(Body::new(ProbeReply {
+                chunks,
+                ended: false,
+            }));
+            grpc_content(&mut response);
+            response
+        }
+        Err(why) => Status::invalid_argument(why).into_http(),
+    }
+}
+
+/// A Probe response's body: the reply's chunks, then an OK status.
+struct ProbeReply {
+    chunks: ProbeReplyChunks,
+    ended: bool,
+}
+
+impl http_body::Body for ProbeReply {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<BodyFrame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        if let Some(chunk) = this.chunks.next() {
+            return Poll::Ready(Some(Ok(BodyFrame::data(chunk))));
+        }
+        if std::mem::replace(&mut this.ended, true) {
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(BodyFrame::trailers(trailers(Status::ok(""))))))
+    }
+}
+
+/// The trailers that end a response with `status`.
+fn trailers(status: Status) -> http::HeaderMap {
+    let mut trailers = http::HeaderMap::new();
+    if let Err(unsayable) = status.add_header(&mut trailers) {
+        // A message that cannot be a header value: say so instead.
+        let _ = unsayable.add_header(&mut trailers);
+    }
+    trailers
+}
+
+/// A request body's messages: an Infer stream's `ToNode`s, as `infer.rs`
+/// reads them, or a Probe's one request.
+struct Requests<M> {
     body: Body,
     decoder: FrameDecoder,
+    /// The message's name, for errors.
+    what: &'static str,
+    _message: PhantomData<fn() -> M>,
 }
 
-impl Stream for Samples {
-    type Item = Result<ToNode, FrameError>;
+impl<M> Requests<M> {
+    fn new(body: Body, max: usize, what: &'static str) -> Self {
+        Self {
+            body,
+            decoder: FrameDecoder::grpc(max),
+            what,
+            _message: PhantomData,
+        }
+    }
+}
+
+impl<M: prost::Message + Default> Stream for Requests<M> {
+    type Item = Result<M, FrameError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         let body = &mut this.body;
-        this.decoder.poll_messages("ToNode", cx, |cx| loop {
+        this.decoder.poll_messages(this.what, cx, |cx| loop {
             match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
                 None => return Poll::Ready(None),
                 Some(Err(status)) => return Poll::Ready(Some(Err(status.message().to_string()))),
@@ -160,12 +243,7 @@ impl http_body::Body for Answers {
             }
             if let Some(status) = this.end.take() {
                 this.ended = true;
-                let mut trailers = http::HeaderMap::new();
-                if let Err(unsayable) = status.add_header(&mut trailers) {
-                    // A message that cannot be a header value: say so instead.
-                    let _ = unsayable.add_header(&mut trailers);
-                }
-                return Poll::Ready(Some(Ok(BodyFrame::trailers(trailers))));
+                return Poll::Ready(Some(Ok(BodyFrame::trailers(trailers(status)))));
             }
             // Everything the node has ready goes out together.
             while this.writer.len() < MAX_CHUNK_BYTES && this.end.is_none() {
