@@ -22,6 +22,24 @@ use crate::exit::Exit;
 use crate::qsl::synthetic_sample;
 use crate::tls::TlsArgs;
 
+/// The system description's Network-division fields, which the submission
+/// checker requires once `is_network` is "True"; preflight measures most.
+pub const NETWORK_FIELDS: &[&str] = &[
+    "is_network",
+    "network_type",
+    "network_media",
+    "network_rate",
+    "nic_loadgen",
+    "number_nic_loadgen",
+    "net_software_stack_loadgen",
+    "network_protocol",
+    "number_connections",
+    "nic_sut",
+    "number_nic_sut",
+    "net_software_stack_sut",
+    "network_topology",
+];
+
 /// Marks what only the submitter can fill in.
 pub const PLACEHOLDER: &str = "[FILL IN]";
 

@@ -793,23 +793,10 @@ fn ensure_system_json(plan: &Plan) -> Result<()> {
     if plan.division == "network" {
         // The checker reads the Network-division fields only when this is
         // "True" (lower-cased); preflight measures most of them.
-        m.insert("is_network".into(), json!("True"));
-        for k in [
-            "network_type",
-            "network_media",
-            "network_rate",
-            "nic_loadgen",
-            "number_nic_loadgen",
-            "net_software_stack_loadgen",
-            "network_protocol",
-            "number_connections",
-            "nic_sut",
-            "number_nic_sut",
-            "net_software_stack_sut",
-            "network_topology",
-        ] {
-            m.insert(k.into(), json!(PLACEHOLDER));
+        for k in preflight::NETWORK_FIELDS {
+            m.insert(k.to_string(), json!(PLACEHOLDER));
         }
+        m.insert("is_network".into(), json!("True"));
     }
     m.insert("division".into(), json!(plan.division));
     m.insert("submitter".into(), json!(plan.submitter));
