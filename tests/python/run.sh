@@ -172,7 +172,7 @@ expect_refusal() {
     fi
 }
 expect_refusal "invalid dispatch policy" --dispatch fastest
-expect_refusal "input compression is refused for model" --model llama2-70b --input-codec zstd
+expect_refusal "allow no compression for llama2-70b" --model llama2-70b --input-codec zstd
 expect_refusal "needs a way to check its" --sut "quic://$a_quic"
 expect_refusal "cannot connect" --sut "127.0.0.1:1"
 
