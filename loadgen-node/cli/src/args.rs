@@ -185,8 +185,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub sut_file: Option<PathBuf>,
 
-    /// Benchmark model name, as used by mlperf.conf keys (e.g. resnet50, bert,
-    /// llama2-70b, 3d-unet).
+    /// Benchmark model name, as mlperf.conf's keys name it (resnet50, bert,
+    /// llama3_1-8b, wan-2.2-t2v-a14b...) or as it is usually spelled
+    /// (llama3.1-8b); `loadgen-node suite` lists them.
     #[arg(long, default_value = "resnet50")]
     pub model: String,
 
