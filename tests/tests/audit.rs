@@ -241,7 +241,9 @@ fn test01_and_test04_agree_with_the_official_scripts() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("TEST06 is not an audit that resnet50 requires (it requires: TEST01, TEST04)"),
+        err.contains(
+            "TEST06 is not an audit that resnet50 (v6.1 rules) requires (it requires: TEST01, TEST04)"
+        ),
         "{err}"
     );
     assert!(!dir.join("TEST06").exists());
