@@ -49,7 +49,14 @@ fi
 
 MLPERF_LOADGEN_SRC=$src cargo build "${profile[@]}" -p loadgen-cli --features official-loadgen \
     --bin loadgen-node
-bin=target/release/loadgen-node
-[ "${profile[0]}" = "--release" ] || bin=target/debug/loadgen-node
+# The folder cargo builds the profile into: --release and `--profile
+# release` go to release/, dev to debug/, any other profile to its name.
+dir=debug
+case "${profile[*]}" in
+    --release*) dir=release ;;
+    "--profile dev"*) dir=debug ;;
+    --profile\ *) dir=${profile[1]} ;;
+esac
+bin=target/$dir/loadgen-node
 "$bin" --version
 echo "built $bin with the official LoadGen from $src"
