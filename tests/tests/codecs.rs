@@ -191,7 +191,7 @@ fn llm_run<'a>(sut: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 #[test]
-fn llm_input_compression_is_refused_unless_open_division() {
+fn llm_compression_is_refused_unless_open_division() {
     let node = SutNode::start("llm-node", &["--llm-tokens", "4", "--output-codec", "lz4"]);
     let sut = sut_list(std::slice::from_ref(&node));
 
@@ -200,17 +200,28 @@ fn llm_input_compression_is_refused_unless_open_division() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     assert!(
-        err.contains("zstd input compression is refused for model \"llama2-70b\"")
-            && err.contains("must be sent uncompressed")
+        err.contains("--input-codec zstd: the v6.1 rules allow no compression for llama2-70b")
             && err.contains("--open-division"),
         "{err}"
     );
     // Refused before anything ran: no logs.
     assert!(!out.join("mlperf_log_summary.txt").exists());
 
-    // Answers may be compressed for every benchmark; inputs stay raw here.
-    let out = scratch("codecs-llm-raw");
+    // Nor may the answers be compressed: the node's lz4 is refused by name,
+    // and a node sending them raw runs.
+    let out = scratch("codecs-llm-lz4-answers");
     let o = loadgen(&llm_run(&sut, &out, &[]));
+    let err = text(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("the node compresses its answers (lz4)")
+            && err.contains("start it with --output-codec none"),
+        "{err}"
+    );
+    assert!(!out.join("mlperf_log_summary.txt").exists());
+    let raw = SutNode::start("llm-raw-node", &["--llm-tokens", "4"]);
+    let out = scratch("codecs-llm-raw");
+    let o = loadgen(&llm_run(&sut_list(std::slice::from_ref(&raw)), &out, &[]));
     assert!(o.status.success(), "{}", text(&o.stderr));
 
     let out = scratch("codecs-llm-open");
