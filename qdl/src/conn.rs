@@ -1,21 +1,22 @@
 //! One connection's shared state and its two tasks: the receive loop, which
-//! turns the node's messages into completions, and the stall watchdog. Also
-//! the run's failure state, shared by every connection.
+//! turns the node's messages into completions, and the watchdog, which feeds
+//! the rules of `watchdog`. Also the run's failure state, shared by every
+//! connection.
 
 use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use compression::{CodecError, CodecKind};
 use loadgen_engine::{Completer, QuerySampleResponse};
 use proto::{Codec, FromNode};
-use tokio::time::MissedTickBehavior;
 
 use crate::breakdown::{AnswerTimes, ConnTimings};
 use crate::trace::SampleTrace;
 use crate::transport::{InFlight, Inbound};
+use crate::watchdog::{Deadlines, Seen, Watchdog};
 
 /// Decodes a node's answer (or first token) in the timed path, the one
 /// post-processing step the rules allow, into at most `max_len` bytes. A
@@ -250,16 +251,16 @@ impl Conn {
             .saturating_sub(done)
     }
 
-    fn messages(&self) -> u64 {
-        self.received.messages.load(Ordering::Relaxed)
-    }
-
-    /// Answers, first tokens and errors received: what heartbeats are not.
-    fn progress(&self) -> u64 {
+    /// What the watchdog looks at.
+    pub(crate) fn seen(&self) -> Seen {
         let r = &self.received;
-        r.answers.load(Ordering::Relaxed)
-            + r.first_tokens.load(Ordering::Relaxed)
-            + r.errors.load(Ordering::Relaxed)
+        Seen {
+            messages: r.messages.load(Ordering::Relaxed),
+            progress: r.answers.load(Ordering::Relaxed)
+                + r.first_tokens.load(Ordering::Relaxed)
+                + r.errors.load(Ordering::Relaxed),
+            outstanding: self.outstanding(),
+        }
     }
 
     pub(crate) fn counters(&self) -> Counters {
@@ -458,65 +459,19 @@ fn never_sent(what: &str, id: u64) -> String {
     format!("{what} for response id {id}, which is not outstanding on this connection (never sent, or already answered)")
 }
 
-/// How long a connection with samples outstanding may go without news.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadlines {
-    /// Nothing at all received, heartbeats included: the node or the path
-    /// to it is gone.
-    pub(crate) stall: Duration,
-    /// Heartbeats only, no answer, first token or error: the node is up but
-    /// its backend is stuck. `None`: no such deadline.
-    pub(crate) progress: Option<Duration>,
-}
-
-/// Aborts the run when the connection has samples outstanding and either
-/// nothing arrived for `stall`, or only heartbeats for `progress`. Checks
-/// every tenth of the shorter, so it fires at most 20% after the deadline,
-/// never before.
-pub(crate) async fn watchdog(conn: Arc<Conn>, run: Arc<RunState>, deadlines: Deadlines) {
-    let Deadlines { stall, progress } = deadlines;
-    let shortest = progress.map_or(stall, |p| p.min(stall));
-    let tick = (shortest / 10).max(Duration::from_millis(1));
-    let mut interval = tokio::time::interval(tick);
-    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut seen = (conn.messages(), conn.progress());
-    let mut quiet_since: Option<Instant> = None;
-    let mut idle_since: Option<Instant> = None;
+/// Runs the watchdog of one connection until the run ends or fails, and
+/// fails it on an alarm.
+pub(crate) async fn watch(conn: Arc<Conn>, run: Arc<RunState>, deadlines: Deadlines) {
+    let mut dog = Watchdog::new(deadlines, conn.seen());
+    let mut now = Instant::now();
     loop {
-        interval.tick().await;
+        tokio::time::sleep_until(tokio::time::Instant::from_std(dog.next_look(now))).await;
         if run.closing() || run.failed() {
             return;
         }
-        let now = (conn.messages(), conn.progress());
-        let outstanding = conn.outstanding();
-        if outstanding == 0 {
-            (seen, quiet_since, idle_since) = (now, None, None);
-            continue;
-        }
-        if now.0 != seen.0 {
-            quiet_since = None;
-        }
-        if now.1 != seen.1 {
-            idle_since = None;
-        }
-        seen = now;
-        let plural = if outstanding == 1 { "" } else { "s" };
-        let quiet = *quiet_since.get_or_insert_with(Instant::now);
-        if quiet.elapsed() >= stall {
-            run.fail(format!(
-                "{}: stalled: nothing received (no answer, no heartbeat) for {stall:?} \
-                 with {outstanding} sample{plural} outstanding",
-                conn.label
-            ));
-            return;
-        }
-        let idle = *idle_since.get_or_insert_with(Instant::now);
-        if let Some(progress) = progress.filter(|p| idle.elapsed() >= *p) {
-            run.fail(format!(
-                "{}: no progress: heartbeats but no answer, first token or error for \
-                 {progress:?} with {outstanding} sample{plural} outstanding (is its backend hung?)",
-                conn.label
-            ));
+        now = Instant::now();
+        if let Some(alarm) = dog.on_look(now, conn.seen()) {
+            run.fail(format!("{}: {}", conn.label, alarm.reason()));
             return;
         }
     }

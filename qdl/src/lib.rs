@@ -12,8 +12,9 @@
 //! bytes, picks a connection by the [`DispatchPolicy`] and pushes one
 //! `ToNode` onto that connection's unbounded queue: no lock, no task spawn,
 //! no copy. The transport streams the queue to the node; each connection's
-//! receive task turns every `FromNode` into one `query_samples_complete` call.
-//! A watchdog per connection aborts the run when a node with outstanding
+//! receive task hands the answers of one `FromNode` to the LoadGen in one
+//! `query_samples_complete` call, and its first tokens in one
+//! `first_token_complete` call (a heartbeat carries neither). A watchdog per connection aborts the run when a node with outstanding
 //! samples goes silent. Every failure aborts the run through the Completer
 //! with a reason that names the node, so a run never hangs.
 //!
@@ -73,6 +74,7 @@ mod stats;
 mod sut;
 pub mod trace;
 mod transport;
+mod watchdog;
 
 pub use config::{
     default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES,

@@ -29,6 +29,7 @@ use crate::session::{
 use crate::stats::{QdlStats, QdlView};
 use crate::trace::SampleTrace;
 use crate::transport::{Link, Queued};
+use crate::watchdog;
 
 /// How long dropping a `Qdl` waits for the nodes to end their streams after
 /// it ended its own.
@@ -190,10 +191,10 @@ impl Qdl {
                 trace.clone(),
             );
             tasks.push(runtime.spawn(receiver.run()));
-            runtime.spawn(conn::watchdog(
+            runtime.spawn(conn::watch(
                 conn.clone(),
                 run.clone(),
-                conn::Deadlines {
+                watchdog::Deadlines {
                     stall: config.stall_timeout,
                     progress: config.progress_timeout,
                 },

@@ -381,7 +381,6 @@ fn dns_names_served_by_a_real_dns_server() {
     // start, and says what it saw.
     let out = dir.join("short");
     let sut = format!("dns://plain.test:{plain_port}?nodes=3");
-    let started = Instant::now();
     let o = dns.loadgen(&with(&["--sut", &sut, "--ready-timeout", "2"], &out));
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -390,7 +389,6 @@ fn dns_names_served_by_a_real_dns_server() {
         "{err}"
     );
     assert!(err.contains("waiting for"), "the wait is shown: {err}");
-    assert!(started.elapsed() < Duration::from_secs(15));
 
     // A name the server does not know.
     let o = dns.loadgen(&with(
