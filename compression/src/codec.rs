@@ -1,6 +1,5 @@
 //! The codec interface and the names and errors every codec shares: the
-//! leaf that the codecs (`none`, `zstd`, `lz4`) and the wire mapping build
-//! on.
+//! leaf that the codecs (`none`, `zstd`, `lz4`) build on.
 
 use std::fmt;
 

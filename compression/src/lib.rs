@@ -12,7 +12,8 @@
 //!   off one byte past it, so a small payload can never make its receiver
 //!   allocate gigabytes (no decompression bombs). [`output_bound`] says, from
 //!   the frame alone, how much decoding it may hold at most.
-//! - [`wire`]: the mapping to and from the protocol's `proto::Codec`.
+//!
+//! A leaf: the protocol's crate maps [`CodecKind`] to its wire values.
 
 use std::fmt;
 use std::str::FromStr;
@@ -20,7 +21,6 @@ use std::str::FromStr;
 mod codec;
 pub mod lz4;
 pub mod none;
-pub mod wire;
 pub mod zstd;
 
 pub use codec::{CodecError, CodecKind, SampleCodec};

@@ -19,12 +19,9 @@ pub const INFER_PATH: &str = "/mlperf_net.v1.SutNode/Infer";
 /// (`framing::ProbeReplyChunks`), so that a large reply costs it no memory.
 pub const PROBE_PATH: &str = "/mlperf_net.v1.SutNode/Probe";
 
-pub mod benchmarks;
+pub mod codec;
 pub mod framing;
-pub mod host;
-pub mod node_name;
 pub mod quic;
-pub mod synthetic;
 pub mod tls;
 
 #[cfg(test)]

@@ -480,6 +480,7 @@ pub(crate) async fn watch(conn: Arc<Conn>, run: Arc<RunState>, deadlines: Deadli
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proto::codec::WireCodec;
 
     #[test]
     fn answers_decode_within_the_limit() {

@@ -127,7 +127,7 @@ impl NodeProbe {
         let mut rtts = Vec::with_capacity(count);
         let mut best: Option<(Duration, i64)> = None;
         for _ in 0..count.max(1) {
-            let sent_ns = proto::host::unix_time_ns();
+            let sent_ns = facts::host::unix_time_ns();
             let start = Instant::now();
             let reply = self
                 .rt

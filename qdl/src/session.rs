@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use compression::wire::wire_name;
+use proto::codec::wire_name;
 use proto::tls::ClientTls;
 use proto::{Codec, SessionReply, SessionRequest, PROTOCOL_VERSION};
 use tokio::sync::mpsc;
@@ -360,12 +360,12 @@ pub(crate) fn node_names(
 }
 
 /// The longest node name accepted, in bytes.
-pub const MAX_NODE_NAME_BYTES: usize = proto::node_name::MAX_BYTES;
+pub const MAX_NODE_NAME_BYTES: usize = facts::node_name::MAX_BYTES;
 
 /// A node name goes into the logs and the summary: it must be short and
-/// hold only the characters of `proto::node_name`. Returns why it is not.
+/// hold only the characters of `facts::node_name`. Returns why it is not.
 pub(crate) fn check_node_name(name: &str) -> Result<(), String> {
-    match proto::node_name::problem(name) {
+    match facts::node_name::problem(name) {
         None => Ok(()),
         Some(problem) => Err(format!("the node reported a name that {problem}")),
     }

@@ -51,7 +51,7 @@ fn compressed_samples_and_answers_cross_intact() {
     assert_eq!(entries.len(), total);
     for e in &entries {
         let idx = e["qsl_idx"].as_u64().unwrap() as usize;
-        let want = proto::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
+        let want = facts::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
         assert_eq!(e["data"], hex(&want), "sample {idx}");
     }
 
@@ -128,7 +128,7 @@ fn first_tokens_are_decoded_too() {
     assert_eq!(ran.outcome.run_error, None);
     for e in &accuracy(&ran.dir) {
         let idx = e["qsl_idx"].as_u64().unwrap() as usize;
-        let want = proto::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
+        let want = facts::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
         assert_eq!(e["token_data"], hex(&want[..4]), "sample {idx}");
         assert_eq!(e["data"], hex(&want), "sample {idx}");
     }

@@ -143,7 +143,7 @@ fn samples_cross_the_network_and_answers_complete_the_right_ids() {
     for e in &entries {
         let idx = e["qsl_idx"].as_u64().unwrap() as usize;
         seen[idx] = true;
-        let want = proto::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
+        let want = facts::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
         assert_eq!(e["data"], hex(&want), "sample {idx}");
     }
     assert!(seen.iter().all(|&s| s));
@@ -233,7 +233,7 @@ fn offline_batches_of_answers_complete_correctly() {
     assert_eq!(entries.len(), total);
     for e in &entries {
         let idx = e["qsl_idx"].as_u64().unwrap() as usize;
-        let want = proto::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
+        let want = facts::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
         assert_eq!(e["data"], hex(&want), "sample {idx}");
     }
     let t = qdl.stats().total();
@@ -259,7 +259,7 @@ fn first_tokens_and_token_counts_reach_the_engine() {
     assert_eq!(entries.len(), total);
     for e in &entries {
         let idx = e["qsl_idx"].as_u64().unwrap() as usize;
-        let want = proto::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
+        let want = facts::synthetic::answer(&sample_bytes(idx), ANSWER_LEN);
         assert_eq!(e["token_data"], hex(&want[..4]), "sample {idx}");
         assert_eq!(e["token_count"], N_TOKENS, "sample {idx}");
     }

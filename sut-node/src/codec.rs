@@ -5,8 +5,8 @@
 //! codecs themselves.
 
 use bytes::Bytes;
-use compression::wire::wire_name;
 use compression::{CodecKind, CodecSpec, SampleCodec};
+use proto::codec::{wire_name, WireCodec};
 use proto::{Codec, FromNode};
 
 /// The input codecs this node decodes, as reported by `StartSession`.
@@ -20,7 +20,7 @@ pub const DEFAULT_MAX_INPUT_BYTES: usize = 64 << 20;
 /// input size (inputs vary around the average), at least 1 MiB; or
 /// [`DEFAULT_MAX_INPUT_BYTES`] for a benchmark this node does not know.
 pub fn default_max_input_bytes(benchmark: &str) -> usize {
-    match proto::benchmarks::find(benchmark) {
+    match facts::benchmarks::find(benchmark) {
         Some(b) => (4 * b.input_bytes()).max(1 << 20),
         None => DEFAULT_MAX_INPUT_BYTES,
     }

@@ -21,9 +21,9 @@ pub fn describe(node_name: &str, backend: &str) -> DescribeReply {
             "kserve" | "openai" => String::new(),
             _ => format!("built into sut-node {version}"),
         },
-        os: proto::host::os_name(),
-        kernel: proto::host::kernel(),
-        nics: proto::host::nics(),
+        os: facts::host::os_name(),
+        kernel: facts::host::kernel(),
+        nics: facts::host::nics(),
     }
 }
 
@@ -39,7 +39,7 @@ pub fn probe(request: &ProbeRequest) -> Result<ProbeReplyChunks, String> {
         ));
     }
     // At most MAX_PROBE_REPLY: fits a frame.
-    ProbeReplyChunks::new(request.reply_bytes as usize, proto::host::unix_time_ns())
+    ProbeReplyChunks::new(request.reply_bytes as usize, facts::host::unix_time_ns())
         .map_err(|e| e.to_string())
 }
 

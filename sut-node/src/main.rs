@@ -465,7 +465,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         None => hostname(),
     };
     // The name goes into the LoadGen node's logs, which refuses the rest.
-    if let Some(problem) = proto::node_name::problem(&name) {
+    if let Some(problem) = facts::node_name::problem(&name) {
         match &args.name {
             Some(_) => bail!("--name {name:?} {problem}"),
             None => bail!("the host name {name:?} {problem}: give the node a --name"),
@@ -474,7 +474,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Synthetic => {
             tracing::info!(service_time = %args.service_time, "synthetic backend");
-            let bench = proto::benchmarks::find(&args.benchmark);
+            let bench = facts::benchmarks::find(&args.benchmark);
             let output_size = args
                 .output_size
                 .or(bench.map(|b| b.output_bytes))

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use proto::codec::WireCodec;
 use proto::sut_node_server::SutNode;
 use proto::{
     FromNode, HealthReply, HealthRequest, NameReply, NameRequest, SessionReply, SessionRequest,
@@ -139,7 +140,7 @@ fn refusal(config: &NodeConfig, request: &SessionRequest) -> Option<String> {
         ));
     }
     if let Some(model) = &config.model {
-        if proto::benchmarks::canonical(model) != proto::benchmarks::canonical(&request.model) {
+        if facts::benchmarks::canonical(model) != facts::benchmarks::canonical(&request.model) {
             return Some(format!(
                 "model mismatch: the session is for model {:?}, this sut-node serves {:?}",
                 request.model, model

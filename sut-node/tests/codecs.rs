@@ -12,6 +12,7 @@ use tokio_stream::StreamExt;
 
 use bytes::Bytes;
 use compression::{CodecKind, CodecSpec};
+use proto::codec::WireCodec;
 use proto::sut_node_client::SutNodeClient;
 use proto::{to_node, Codec, FromNode, SampleRequest, SessionRequest, ToNode};
 use sut_node::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
@@ -165,7 +166,7 @@ async fn compressed_inputs_are_decoded_and_answers_compressed() {
         for (id, data) in answers {
             assert_eq!(
                 data,
-                proto::synthetic::answer(&input(id), ANSWER),
+                facts::synthetic::answer(&input(id), ANSWER),
                 "{output}: {id}"
             );
         }
@@ -190,7 +191,7 @@ async fn first_tokens_are_compressed_too() {
         for t in m.first_tokens {
             assert_eq!(t.codec, Codec::Lz4 as i32);
             let data = compression::decompress(CodecKind::Lz4, &t.payload, 64).unwrap();
-            let full = proto::synthetic::answer(&input(t.id), ANSWER);
+            let full = facts::synthetic::answer(&input(t.id), ANSWER);
             assert_eq!(data, &full[..data.len()]);
             tokens += 1;
         }

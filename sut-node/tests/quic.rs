@@ -299,7 +299,7 @@ async fn control_requests_and_the_infer_stream() {
             let Some(to_node::Kind::Sample(s)) = sample(a.id).kind else {
                 unreachable!()
             };
-            assert_eq!(a.payload, proto::synthetic::answer(&s.payload, OUTPUT));
+            assert_eq!(a.payload, facts::synthetic::answer(&s.payload, OUTPUT));
             ids.push(a.id);
         }
     }

@@ -356,7 +356,7 @@ impl Backend for Gated {
             .iter()
             .map(|input| {
                 Ok(Answer {
-                    payload: Bytes::from(proto::synthetic::answer(input, 8)),
+                    payload: Bytes::from(facts::synthetic::answer(input, 8)),
                     n_tokens: 0,
                 })
             })
@@ -464,7 +464,7 @@ async fn every_sample_gets_its_synthetic_answer() {
     }
     assert_eq!(answers.len() as u64, n);
     for id in 0..n {
-        let expected = proto::synthetic::answer(&input(id), 24);
+        let expected = facts::synthetic::answer(&input(id), 24);
         assert_eq!(answers[&id], expected, "answer of sample {id}");
     }
     assert_eq!(errors.len(), 2);
@@ -518,7 +518,7 @@ async fn answers_ready_together_leave_in_one_message() {
         let message = next(&mut stream).await;
         biggest = biggest.max(message.answers.len());
         for a in message.answers {
-            assert_eq!(a.payload, proto::synthetic::answer(&input(a.id), 8));
+            assert_eq!(a.payload, facts::synthetic::answer(&input(a.id), 8));
             seen.insert(a.id);
         }
     }
@@ -558,7 +558,7 @@ async fn llm_mode_sends_the_first_token_before_the_answer() {
             assert!(first_tokens.insert(t.id, t.payload).is_none());
         }
         for a in message.answers {
-            let expected = proto::synthetic::answer(&input(a.id), 16);
+            let expected = facts::synthetic::answer(&input(a.id), 16);
             assert_eq!(a.payload, expected);
             assert_eq!(a.n_tokens, 7);
             let token = first_tokens.get(&a.id);

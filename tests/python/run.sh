@@ -117,7 +117,7 @@ if harness --sut "$a_grpc,$b_grpc" --scenario Offline --mode AccuracyOnly \
 import json, random, sys
 
 def synthetic_answer(data, size):
-    # proto/src/synthetic.rs
+    # proto/facts/src/synthetic.rs
     m = (1 << 64) - 1
     def mix(h, w):
         h = ((h ^ w) * 0x100000001B3) & m

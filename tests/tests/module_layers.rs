@@ -27,6 +27,7 @@ const ROOTS: &[&str] = &[
     "sut-node/src/lib.rs",
     "sut-node/src/main.rs",
     "proto/src/lib.rs",
+    "proto/facts/src/lib.rs",
     "compression/src/lib.rs",
 ];
 

@@ -4,8 +4,8 @@
 //! size) or is refused with the reason the rules give; and the suite table
 //! agrees with mlperf.conf on which models are judged on token latencies.
 
+use facts::benchmarks;
 use loadgen_engine::config::ConfigFile;
-use proto::benchmarks;
 use tests::{detail_value, loadgen, scratch, text, SutNode};
 
 #[test]

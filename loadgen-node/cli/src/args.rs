@@ -10,8 +10,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use facts::benchmarks::Round;
 use loadgen_engine::{config, Scenario, TestMode};
-use proto::benchmarks::Round;
 use qdl::discover::{self, NodeEntry};
 use qdl::DispatchPolicy;
 use serde::{Serialize, Serializer};

@@ -1,3 +1,3 @@
 //! The benchmarks of the suite, as both ends of the protocol know them.
 
-pub use proto::benchmarks::*;
+pub use facts::benchmarks::*;

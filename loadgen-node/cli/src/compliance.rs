@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
-use proto::benchmarks::{self, Audit, Round};
+use facts::benchmarks::{self, Audit, Round};
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]

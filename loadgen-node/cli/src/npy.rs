@@ -120,7 +120,7 @@ fn item_size(descr: &str) -> Result<usize, String> {
 
 /// Bytes of an `.npy` file holding `data` (for tests and tools).
 pub fn encode(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
-    let mut out = proto::benchmarks::npy_header(descr, shape);
+    let mut out = facts::benchmarks::npy_header(descr, shape);
     out.extend_from_slice(data);
     out
 }

@@ -155,7 +155,7 @@ fn local_nic(remote: IpAddr, nics: &[Nic]) -> Option<Nic> {
     let socket = UdpSocket::bind(bind).ok()?;
     socket.connect(SocketAddr::new(remote, 9)).ok()?;
     let local = socket.local_addr().ok()?.ip();
-    proto::host::nic_with_address(nics, &local).cloned()
+    facts::host::nic_with_address(nics, &local).cloned()
 }
 
 fn nic_text(n: &Option<Nic>) -> String {
@@ -214,7 +214,7 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     // One sample, encoded as the run would send it.
     let raw = synthetic_sample(0, sample_bytes);
     let payload = Bytes::from(args.input_codec.codec().compress(&raw));
-    let local_nics = proto::host::nics();
+    let local_nics = facts::host::nics();
 
     let mut reports = Vec::new();
     for addr in &addrs {
@@ -242,7 +242,7 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
             addr: addr.effective(tls.is_some()),
             remote,
             node_nic: remote
-                .and_then(|ip| proto::host::nic_with_address(&described.nics, &ip).cloned()),
+                .and_then(|ip| facts::host::nic_with_address(&described.nics, &ip).cloned()),
             local_nic: remote.and_then(|ip| local_nic(ip, &local_nics)),
             described,
             rtt_p50: percentile(&rtts, 0.50),
@@ -267,8 +267,8 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
         "payload_bytes_on_wire": payload.len(),
         "connections_per_node": args.connections_per_node,
         "loadgen": {
-            "os": proto::host::os_name(),
-            "kernel": proto::host::kernel(),
+            "os": facts::host::os_name(),
+            "kernel": facts::host::kernel(),
             "version": format!("loadgen-node {}", env!("CARGO_PKG_VERSION")),
         },
         "nodes": reports.iter().map(node_json).collect::<Vec<_>>(),
@@ -553,8 +553,8 @@ fn system_fields(args: &PreflightArgs, reports: &[NodeReport]) -> Map<String, Va
     let loadgen_stack = format!(
         "mlperf-net loadgen-node {} ({libraries}) on {}, {}",
         env!("CARGO_PKG_VERSION"),
-        proto::host::os_name(),
-        proto::host::kernel()
+        facts::host::os_name(),
+        facts::host::kernel()
     );
     let sut_stacks = distinct(reports.iter().map(|r| {
         format!(

@@ -14,7 +14,7 @@ use proto::Codec;
 use qdl::StoredSample;
 
 use crate::npy;
-use proto::benchmarks::Tensor;
+use facts::benchmarks::Tensor;
 
 /// Where the samples come from.
 #[derive(Clone, Debug)]

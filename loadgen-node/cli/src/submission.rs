@@ -801,7 +801,7 @@ fn ensure_system_json(plan: &Plan) -> Result<()> {
     m.insert("division".into(), json!(plan.division));
     m.insert("submitter".into(), json!(plan.submitter));
     m.insert("system_name".into(), json!(plan.system));
-    m.insert("operating_system".into(), json!(proto::host::os_name()));
+    m.insert("operating_system".into(), json!(facts::host::os_name()));
     m.insert("system_type".into(), json!("datacenter,edge"));
     m.insert(
         "number_of_nodes".into(),

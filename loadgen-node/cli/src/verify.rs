@@ -255,7 +255,7 @@ impl<R: BufRead> LogReader<R> {
                 return Ok(Some(e.0));
             }
         };
-        let mut expected = proto::synthetic::AnswerStream::new(&input);
+        let mut expected = facts::synthetic::AnswerStream::new(&input);
         let (mut hex_ok, mut same) = (true, true);
         let mut nibble: Option<u8> = None;
         let (mut got, mut want) = (Vec::with_capacity(1 << 15), vec![0u8; 1 << 15]);
@@ -363,8 +363,8 @@ mod tests {
             total: 10,
             tensors: &[],
         };
-        let good = proto::synthetic::answer(&synthetic_sample(3, 32), 8);
-        let other = proto::synthetic::answer(&synthetic_sample(4, 32), 8);
+        let good = facts::synthetic::answer(&synthetic_sample(3, 32), 8);
+        let other = facts::synthetic::answer(&synthetic_sample(4, 32), 8);
         let log = format!(
             "[\n{{ \"seq_id\" : 0, \"qsl_idx\" : 3, \"data\" : \"{}\" }},\n{{ \"seq_id\" : 1, \"qsl_idx\" : 3, \"data\" : \"{}\" }}\n]\n",
             hex(&good),

@@ -261,10 +261,10 @@ impl PyQdl {
         let codec: CodecSpec = input_codec
             .parse()
             .map_err(|e| config_error(format!("input_codec: {e}")))?;
-        let round: proto::benchmarks::Round = rules
+        let round: facts::benchmarks::Round = rules
             .parse()
             .map_err(|e| config_error(format!("rules: {e}")))?;
-        let compression = proto::benchmarks::check_compression(&model, round, open_division);
+        let compression = facts::benchmarks::check_compression(&model, round, open_division);
         if let (Err(why), true) = (&compression, codec.compresses()) {
             return Err(config_error(format!(
                 "input_codec {codec}: {}",
@@ -290,7 +290,7 @@ impl PyQdl {
             },
             connect_timeout: seconds("connect_timeout", connect_timeout)?,
             max_answer_bytes: max_answer_bytes.unwrap_or_else(|| {
-                proto::benchmarks::find(&model_name)
+                facts::benchmarks::find(&model_name)
                     .map_or(qdl::DEFAULT_MAX_ANSWER_BYTES, |b| b.max_output_bytes)
             }),
             tls: client_tls(

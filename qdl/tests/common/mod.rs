@@ -14,6 +14,7 @@ use compression::{CodecKind, CodecSpec};
 use loadgen_engine::null_sut::SizedQsl;
 use loadgen_engine::runner::{start_test, LogSettings, TestOutcome};
 use loadgen_engine::TestSettings;
+use proto::codec::WireCodec;
 use proto::sut_node_server::{SutNode, SutNodeServer};
 use proto::{
     to_node, Codec, FirstToken, FromNode, HealthReply, HealthRequest, NameReply, NameRequest,
@@ -25,7 +26,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
-/// Length of every answer: `proto::synthetic::answer(payload, ANSWER_LEN)`.
+/// Length of every answer: `facts::synthetic::answer(payload, ANSWER_LEN)`.
 pub const ANSWER_LEN: usize = 16;
 /// Tokens reported per answer by a node with `first_tokens` on.
 pub const N_TOKENS: i64 = 5;
@@ -287,7 +288,7 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
     for r in batch {
         match r {
             Reply::Answer(id, payload) => {
-                let data = proto::synthetic::answer(&payload, ANSWER_LEN);
+                let data = facts::synthetic::answer(&payload, ANSWER_LEN);
                 if b.first_tokens {
                     tokens.first_tokens.push(FirstToken {
                         id,
@@ -320,7 +321,7 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                 ..SampleAnswer::default()
             }),
             Reply::Corrupt(id, payload) => {
-                let mut frame = out.compress(&proto::synthetic::answer(&payload, ANSWER_LEN));
+                let mut frame = out.compress(&facts::synthetic::answer(&payload, ANSWER_LEN));
                 // Past any header: the block itself is damaged.
                 let last = frame.len() - 1;
                 frame[last] ^= 0xff;

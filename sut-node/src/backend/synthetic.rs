@@ -1,6 +1,6 @@
 //! The `synthetic` backend: stands in for an accelerator. Each batch takes a
 //! configurable service time (the worker thread sleeps), and each answer is
-//! `proto::synthetic::answer(input, output_size)`, a deterministic function
+//! `facts::synthetic::answer(input, output_size)`, a deterministic function
 //! of the input that the LoadGen side's accuracy check recomputes.
 
 use std::fmt;
@@ -205,7 +205,7 @@ impl Backend for Synthetic {
         let size = self.config.output_size;
         let answers: Vec<Bytes> = inputs
             .iter()
-            .map(|input| Bytes::from(proto::synthetic::answer(input, size)))
+            .map(|input| Bytes::from(facts::synthetic::answer(input, size)))
             .collect();
         let service_time = self.config.service_time;
         let timing = (!service_time.is_zero()).then(|| {
@@ -369,7 +369,7 @@ mod tests {
         assert_eq!(outputs.len(), 2);
         for (input, output) in inputs.iter().zip(outputs) {
             let answer = output.unwrap();
-            assert_eq!(answer.payload, proto::synthetic::answer(input, 12));
+            assert_eq!(answer.payload, facts::synthetic::answer(input, 12));
             assert_eq!(answer.n_tokens, 0);
         }
     }
@@ -395,7 +395,7 @@ mod tests {
         assert_eq!(sink.0.len(), 2);
         for (i, (input, output)) in inputs.iter().zip(outputs).enumerate() {
             let answer = output.unwrap();
-            assert_eq!(answer.payload, proto::synthetic::answer(input, 10));
+            assert_eq!(answer.payload, facts::synthetic::answer(input, 10));
             assert_eq!(answer.n_tokens, 32);
             assert_eq!(sink.0[i], (i, answer.payload.slice(..4)));
         }

@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use crate::Nic;
+use proto::Nic;
 
 /// Every network interface with its addresses, in name order.
 pub fn nics() -> Vec<Nic> {

@@ -1,9 +1,10 @@
-//! The mapping between [`CodecKind`] and the protocol's `proto::Codec` (and
-//! its raw `i32` wire values). The one place where the two meet.
+//! The mapping between the codecs (`compression::CodecKind`) and the
+//! protocol's [`Codec`] (and its raw `i32` wire values). The one place where
+//! the two meet, so that the codecs know nothing of the wire.
 
-use proto::Codec;
+use compression::{CodecError, CodecKind};
 
-use crate::{CodecError, CodecKind};
+use crate::Codec;
 
 impl From<CodecKind> for Codec {
     fn from(kind: CodecKind) -> Codec {
@@ -25,16 +26,22 @@ impl From<Codec> for CodecKind {
     }
 }
 
-impl CodecKind {
-    /// The codec of a raw wire value (a payload's or a session's `codec`).
-    pub fn from_wire(value: i32) -> Result<CodecKind, CodecError> {
+/// A codec's raw wire value (a payload's or a session's `codec`), both ways.
+pub trait WireCodec: Sized {
+    /// The codec of a raw wire value.
+    fn from_wire(value: i32) -> Result<Self, CodecError>;
+    /// The raw wire value.
+    fn wire(self) -> i32;
+}
+
+impl WireCodec for CodecKind {
+    fn from_wire(value: i32) -> Result<CodecKind, CodecError> {
         Codec::try_from(value)
             .map(CodecKind::from)
             .map_err(|_| CodecError::Unknown(value))
     }
 
-    /// The raw wire value.
-    pub fn wire(self) -> i32 {
+    fn wire(self) -> i32 {
         Codec::from(self) as i32
     }
 }
