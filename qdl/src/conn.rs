@@ -14,7 +14,7 @@ use loadgen_engine::{Completer, QuerySampleResponse};
 use proto::{Codec, FromNode};
 
 use crate::breakdown::{AnswerTimes, ConnTimings};
-use crate::trace::SampleTrace;
+use crate::spans::SampleTrace;
 use crate::transport::{InFlight, Inbound};
 use crate::watchdog::{Deadlines, Seen, Watchdog};
 

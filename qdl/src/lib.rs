@@ -65,14 +65,14 @@ mod conn;
 pub mod discover;
 mod error;
 mod foreign;
+mod network_report;
 mod policy;
 pub mod probe;
-mod report;
 mod sample;
 mod session;
+pub mod spans;
 mod stats;
 mod sut;
-pub mod trace;
 mod transport;
 mod watchdog;
 

@@ -19,15 +19,15 @@ use crate::breakdown::Breakdown;
 use crate::config::{NodeAddr, QdlConfig};
 use crate::conn::{self, Conn, Receiver, RunState};
 use crate::error::QdlError;
+use crate::network_report;
 use crate::policy;
-use crate::report;
 use crate::sample::{SampleData, StoredSample};
 use crate::session::{
     check_answers_uncompressed, check_node_name, check_unique, label, max_message, node_names,
     open_all, StreamLimits,
 };
+use crate::spans::SampleTrace;
 use crate::stats::{QdlStats, QdlView};
-use crate::trace::SampleTrace;
 use crate::transport::{Link, Queued};
 use crate::watchdog;
 
@@ -390,12 +390,12 @@ impl SystemUnderTest for Qdl {
     fn flush_queries(&self) {}
 
     /// Transport, nodes, connections, codecs and bytes on the wire (see
-    /// `report.rs`).
+    /// `network_report.rs`).
     fn report(&self) -> Vec<(String, String)> {
         let nodes = self.nodes.iter();
-        report::facts(&report::Run {
+        network_report::facts(&network_report::Run {
             nodes: nodes
-                .map(|n| report::RunNode {
+                .map(|n| network_report::RunNode {
                     name: &n.name,
                     addr: &n.addr,
                     output_codec: n.output_codec,

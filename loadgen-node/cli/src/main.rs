@@ -9,8 +9,8 @@ use loadgen_cli::args::RunArgs;
 use loadgen_cli::audit::{audit, AuditArgs};
 use loadgen_cli::engines::run;
 use loadgen_cli::exit::Exit;
+use loadgen_cli::html_report::ReportArgs;
 use loadgen_cli::preflight::{preflight, PreflightArgs};
-use loadgen_cli::report::ReportArgs;
 use loadgen_cli::submission::{submission, SubmissionArgs};
 use loadgen_cli::suite::SuiteArgs;
 use loadgen_cli::verify::{check_synthetic, CheckSyntheticArgs};
@@ -110,7 +110,7 @@ fn main() -> ExitCode {
             loadgen_cli::suite::print(args);
             Ok(Exit::Done)
         }
-        Some(Command::Report(args)) => loadgen_cli::report::run(args).map(|()| Exit::Done),
+        Some(Command::Report(args)) => loadgen_cli::html_report::run(args).map(|()| Exit::Done),
         None => run(&cli.run),
     };
     match result {

@@ -58,7 +58,7 @@ impl Observers {
         if let Some(view) = qdl {
             crate::breakdown::report(view, &plan.output.extras);
         }
-        crate::report::after_run(
+        crate::html_report::after_run(
             plan.observe.report.as_deref(),
             &plan.output.dir,
             &plan.output.extras,

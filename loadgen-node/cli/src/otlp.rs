@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Run, session and series spans are `tracing` spans exported through
-//! `tracing-opentelemetry`; sample spans are the QDL's (`qdl::trace`), for
+//! `tracing-opentelemetry`; sample spans are the QDL's (`qdl::spans`), for
 //! about `--otlp-sample-ratio` of the samples. The exporter is started once
 //! per process and flushed at the end of each run, when what became of the
 //! spans is printed.

@@ -9,7 +9,7 @@ use crate::accuracy_log::{AccuracyEntry, AccuracyLog};
 use crate::live::{LiveStats, PERCENTILE_EVERY_NS};
 use crate::sample::QuerySampleIndex;
 use crate::stats::LatencyHistogram;
-use crate::trace::{SampleSpan, TraceLog};
+use crate::trace_log::{SampleSpan, TraceLog};
 
 /// One completed sample, as the aggregator receives it.
 /// Bytes of accuracy-logged answers queued for the aggregator at most. Past

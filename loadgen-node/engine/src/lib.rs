@@ -65,8 +65,8 @@ pub mod live;
 mod loadable;
 pub mod null_sut;
 mod number_format;
+mod performance_report;
 mod querygen;
-mod report;
 mod results;
 mod rng;
 pub mod runner;
@@ -77,7 +77,7 @@ mod settings_log;
 mod stats;
 mod summary;
 pub mod sut;
-mod trace;
+mod trace_log;
 
 /// Internals that the integration tests of this crate drive directly: the
 /// conformance replays compare query generation, loadable sets, the settings

@@ -25,15 +25,15 @@ use crate::issue::{Issued, Issuer};
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
 use crate::number_format::fixed6;
+use crate::performance_report::{build_report, PerformanceReport};
 use crate::querygen::{GenerationPlan, QueryGenerator, RunKind};
-use crate::report::{build_report, PerformanceReport};
 use crate::results::SeriesMeasurements;
 use crate::sequence::Sequencer;
 use crate::settings::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use crate::settings_log;
 use crate::summary::{self, BANNER};
 use crate::sut::{QuerySampleLibrary, SystemUnderTest};
-use crate::trace::TraceLog;
+use crate::trace_log::TraceLog;
 
 /// Where and how the logs are written (`test_settings.h`, `LogSettings`).
 #[derive(Clone, Debug)]
