@@ -20,6 +20,8 @@
 //! - 3D-UNet output: 128^3 uint8 segmentation labels, mostly background
 //!   with a kidney-sized and a tumour-sized ellipsoid.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

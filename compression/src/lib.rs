@@ -15,6 +15,8 @@
 //!
 //! A leaf: the protocol's crate maps [`CodecKind`] to its wire values.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::str::FromStr;
 

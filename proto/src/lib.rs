@@ -1,6 +1,8 @@
 //! Wire protocol between the LoadGen node's Query Dispatch Library and the
 //! sut-nodes (`proto/sutnode.proto`; described in `docs/protocol.md`).
 
+#![forbid(unsafe_code)]
+
 #[allow(clippy::all, missing_docs)]
 mod generated {
     tonic::include_proto!("mlperf_net.v1");

@@ -58,6 +58,7 @@
 //! ```
 
 #![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
 pub mod breakdown;
 mod config;

@@ -26,6 +26,8 @@
 //! cases (r50-fp32, r50-u8, bert, unet-answer, unet-answer-lz4, r50-lz4,
 //! r50-zstd, r50-quic-conns, wan-answer).
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -17,6 +17,8 @@
 //! part. The latencies mean something only on a quiet machine: the null
 //! SUT's own p99, printed beside them, shows how quiet it was.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -27,6 +27,8 @@
 //! compare another build. BENCH_QUICK=1 runs 3 s instead of 10;
 //! BENCH_ONLY=ATTACK runs one.
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 
 use tests::hostile::{

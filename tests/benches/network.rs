@@ -18,6 +18,8 @@
 //! first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency,
 //! throughput or cpu runs one part.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -23,6 +23,8 @@
 //! cpu runs one part. Target: with all of it on, at
 //! most 5% of peak QPS lost and at most 50 us of p99 added.
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

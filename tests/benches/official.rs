@@ -8,6 +8,8 @@
 //! --bench official` (DIR: from deploy/official-loadgen.sh --src-only).
 //! BENCH_QUICK=1 shortens every run.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -13,6 +13,8 @@
 //! binaries first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency or
 //! BENCH_ONLY=throughput runs one half.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

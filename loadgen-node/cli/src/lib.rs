@@ -9,6 +9,9 @@
 //! `report`, `check-synthetic`, `suite`) and the exit statuses they share
 //! (`exit`).
 
+// Only the FFI to the official LoadGen needs unsafe code.
+#![deny(unsafe_code)]
+
 pub mod args;
 pub mod audit;
 pub mod benchmarks;
@@ -22,6 +25,7 @@ mod native;
 pub mod npy;
 mod observe;
 #[cfg(feature = "official-loadgen")]
+#[allow(unsafe_code)] // the FFI to the official LoadGen
 mod official;
 mod otlp;
 pub mod plan;

@@ -2,6 +2,8 @@
 //! LoadGen engine, the QSL and the QDL, which presents the remote sut-nodes
 //! to the engine as one SUT.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

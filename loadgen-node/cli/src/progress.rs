@@ -5,7 +5,7 @@
 //! interval, so a run is never silent for minutes. Never on stdout or in the
 //! logs.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -82,8 +82,7 @@ impl Progress {
 
     fn with(figures: impl Figures, interval: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        // SAFETY: isatty only inspects the descriptor.
-        let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
+        let tty = std::io::stderr().is_terminal();
         let thread = (!interval.is_zero()).then(|| {
             let stop = stop.clone();
             let every = if tty { REFRESH } else { interval };

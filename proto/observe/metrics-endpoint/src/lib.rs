@@ -3,6 +3,8 @@
 //! renders the page on every scrape. Scrapes never touch the timed path:
 //! the page is built from atomics read at scrape time.
 
+#![forbid(unsafe_code)]
+
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
