@@ -198,9 +198,10 @@ pub fn pins(nodes: &[SutNode]) -> String {
         .join(",")
 }
 
-/// A fresh scratch directory for one test.
+/// A fresh scratch directory for one test: the one helper of every test of
+/// the workspace that needs one (a name unique within its test binary).
 pub fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mlperf-net-e2e-{}-{name}", std::process::id()));
+    let d = std::env::temp_dir().join(format!("mlperf-net-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch directory");
     d

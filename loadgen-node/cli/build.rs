@@ -3,12 +3,16 @@
 //! adapter (official/adapter.cc), and records how that tree compares with
 //! the published 6.0.17 file list (official/loadgen-6.0.17.sha1).
 
+/// The status that tells cargo the build script failed.
+#[cfg(feature = "official-loadgen")]
+const BUILD_FAILED: i32 = 1;
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "official-loadgen")]
     if let Err(e) = official::build() {
         eprintln!("\nerror: loadgen-node's official-loadgen feature: {e}\n");
-        std::process::exit(1);
+        std::process::exit(BUILD_FAILED);
     }
 }
 

@@ -749,18 +749,12 @@ pub fn test06(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::tests::scratch;
 
     fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
-    }
-
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("compliance-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 
     #[test]

@@ -85,6 +85,20 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
 
     #[test]
+    fn the_statuses_keep_their_documented_numbers() {
+        let all = [
+            Exit::Done,
+            Exit::Error,
+            Exit::RunFailed,
+            Exit::SyntheticMismatch,
+            Exit::AuditFailed,
+            Exit::BelowBandwidth,
+            Exit::SubmissionIncomplete,
+        ];
+        assert_eq!(all.map(Exit::code), [0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
     fn a_childs_status_reads_back() {
         for e in [Exit::Done, Exit::RunFailed, Exit::SubmissionIncomplete] {
             let status = ExitStatus::from_raw(i32::from(e.code()) << 8);

@@ -143,7 +143,7 @@ impl ForeignLoadGen for OfficialLoadGen {
         let _ = std::io::stdout().flush();
         // SAFETY: _exit ends the process at once, without running the
         // official LoadGen's static destructors while its threads still run.
-        unsafe { libc::_exit(2) }
+        unsafe { libc::_exit(Exit::RunFailed.code().into()) }
     }
 }
 

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use tests::scratch;
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_loadgen-node"))
 }
@@ -12,13 +14,6 @@ fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../engine/tests/data/conformance")
         .join(case)
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("loadgen-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
 }
 
 fn stderr(o: &Output) -> String {
