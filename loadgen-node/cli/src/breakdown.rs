@@ -101,28 +101,17 @@ pub fn text(b: &Breakdown) -> String {
         "\nWhere the time went (not part of the MLPerf logs; also in {FILE}), in microseconds:\n"
     );
     let mut block = |title: String, t: &Timings| {
-        let _ = writeln!(
-            out,
-            "  {title}: {} answers{}\n    {:<14}{:>10}{:>10}{:>10}{:>10}",
-            t.answers(),
-            match t.untimed {
-                0 => String::new(),
-                n => format!(" ({n} without the node's timings)"),
-            },
-            "",
-            "p50",
-            "p90",
-            "p99",
-            "max"
-        );
-        for p in Part::ALL {
+        let untimed = match t.untimed {
+            0 => String::new(),
+            n => format!(" ({n} without the node's timings)"),
+        };
+        let rows = Part::ALL.map(|p| {
             let h = t.part(p);
-            let _ = write!(out, "    {:<14}", p.name());
-            for (_, q) in QUANTILES {
-                let _ = write!(out, "{:>10}", us(h.quantile(q)));
-            }
-            let _ = writeln!(out, "{:>10}", us(h.max()));
-        }
+            let [p50, p90, p99] = QUANTILES.map(|(_, q)| h.quantile(q));
+            (p.name(), [p50, p90, p99, h.max()])
+        });
+        out += &format!("  {title}: {} answers{untimed}\n", t.answers());
+        out += &table(&rows);
     };
     for (name, addr, t) in &b.nodes {
         block(format!("node {name} ({addr})"), t);
@@ -133,6 +122,80 @@ pub fn text(b: &Breakdown) -> String {
     out
 }
 
+/// One block's columns: each part's p50, p90, p99 and max, in microseconds.
+/// Ten characters wide while every value fits with two spaces before it,
+/// wider when one does not, so that values never run together.
+fn table(rows: &[(&str, [u64; 4])]) -> String {
+    let cells: Vec<[String; 4]> = rows.iter().map(|(_, v)| v.map(us)).collect();
+    let w = cells
+        .iter()
+        .flatten()
+        .map(|c| c.len() + 2)
+        .fold(10, usize::max);
+    let mut out = format!(
+        "    {:<14}{:>w$}{:>w$}{:>w$}{:>w$}\n",
+        "", "p50", "p90", "p99", "max"
+    );
+    for ((name, _), cells) in rows.iter().zip(&cells) {
+        let _ = write!(out, "    {name:<14}");
+        for c in cells {
+            let _ = write!(out, "{c:>w$}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_ten_wide_while_values_fit() {
+        let t = table(&[("node_send", [1_500, 22_000, 333_333, 4_000_000])]);
+        assert_eq!(
+            t,
+            "                         p50       p90       p99       max\n\
+             \x20   node_send            1.5      22.0     333.3    4000.0\n"
+        );
+    }
+
+    #[test]
+    fn large_values_widen_the_columns_and_stay_apart() {
+        // An Offline run at official length: minutes of latency.
+        let rows = [
+            (
+                "total",
+                [
+                    339_302_416_460,
+                    339_885_356_067,
+                    678_416_796_467,
+                    678_416_796_467,
+                ],
+            ),
+            ("qdl_decode", [1_000, 2_000, 3_000, 4_000]),
+        ];
+        let t = table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "total",
+                "339302416.5",
+                "339885356.1",
+                "678416796.5",
+                "678416796.5"
+            ]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["qdl_decode", "1.0", "2.0", "3.0", "4.0"]
+        );
+        // Every column is as wide as the widest value and two spaces.
+        assert!(lines.iter().all(|l| l.len() == 4 + 14 + 4 * 13), "{t}");
+    }
 }
