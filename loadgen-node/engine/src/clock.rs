@@ -49,9 +49,11 @@ impl Clock for MonoClock {
 
     /// OS sleeps overshoot by up to milliseconds on busy or virtual
     /// machines, and every microsecond late is latency charged to the SUT, so
-    /// this sleeps only while far away and yields for the last stretch:
-    /// yielding rather than spinning leaves the core to the SUT's threads
-    /// when they have work (a LoadGen node shares its cores with the QDL).
+    /// this sleeps only while more than 5 ms away, then yields, and spins
+    /// for the last 20 µs, where a yield could return too late. Yielding
+    /// rather than spinning through the milliseconds before leaves the core
+    /// to the SUT's threads when they have work (a LoadGen node shares its
+    /// cores with the QDL).
     fn wait_until(&self, due: i64, stop: &dyn Fn() -> bool) -> i64 {
         const SLEEP_MARGIN_NS: i64 = 4_000_000;
         loop {
