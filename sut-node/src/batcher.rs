@@ -87,6 +87,8 @@ struct Shared<J> {
     policy: BatchPolicy,
     /// Set with `State::closed`, read between the batches of a group.
     closed: AtomicBool,
+    /// The clock the rules are handed: `Instant::now` but in tests.
+    clock: fn() -> Instant,
 }
 
 struct State<J> {
@@ -195,6 +197,15 @@ impl<J: Weighed + Send + 'static> Batcher<J> {
         capacity: usize,
         run: impl FnMut(&mut Vec<J>, Turn) + Send + 'static,
     ) -> std::io::Result<Self> {
+        Self::start_with_clock(policy, capacity, run, Instant::now)
+    }
+
+    fn start_with_clock(
+        policy: BatchPolicy,
+        capacity: usize,
+        run: impl FnMut(&mut Vec<J>, Turn) + Send + 'static,
+        clock: fn() -> Instant,
+    ) -> std::io::Result<Self> {
         let policy = BatchPolicy {
             max_batch_size: policy.max_batch_size.max(1),
             ..policy
@@ -213,6 +224,7 @@ impl<J: Weighed + Send + 'static> Batcher<J> {
             room: Semaphore::new(capacity),
             policy,
             closed: AtomicBool::new(false),
+            clock,
         });
         let worker = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -240,7 +252,7 @@ impl<J: Weighed + Send + 'static> Batcher<J> {
                 return Err(Closed);
             }
             let was_empty = state.queued == 0;
-            state.push(source, Instant::now(), jobs.drain(..n));
+            state.push(source, (self.shared.clock)(), jobs.drain(..n));
             // A worker waiting on a partial batch only cares once it is full.
             let full = state.queued >= self.shared.policy.max_batch_size;
             if state.worker_waiting && (was_empty || full) {
@@ -276,14 +288,9 @@ fn close<J>(shared: &Shared<J>) {
 }
 
 fn work<J: Weighed>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) {
-    let BatchPolicy {
-        max_batch_size,
-        max_wait,
-    } = shared.policy;
-    // Whole batches per group while batches are fast: at least one.
-    let fast_group = (GROUP_JOBS / max_batch_size).max(1);
-    let mut group_batches = 1;
-    let mut group: VecDeque<J> = VecDeque::with_capacity(fast_group * max_batch_size);
+    let mut rules = Rules::new(shared.policy);
+    let max_batch_size = rules.max_batch_size;
+    let mut group: VecDeque<J> = VecDeque::with_capacity(rules.fast_group * max_batch_size);
     let mut batch = Vec::with_capacity(max_batch_size);
     // Whether the next batch follows the previous one without a wait.
     let mut back_to_back = false;
@@ -293,20 +300,11 @@ fn work<J: Weighed>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) 
             if state.closed {
                 return;
             }
-            if state.queued >= max_batch_size {
-                break;
-            }
-            let timeout = match state.oldest() {
-                None => None,
-                // No wait to fill a batch: what is queued runs now.
-                Some(_) if max_wait.is_zero() => break,
-                Some(oldest) => {
-                    let left = (oldest + max_wait).saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    Some(left)
-                }
+            let now = (shared.clock)();
+            let timeout = match rules.wait(state.queued, state.oldest(), now) {
+                Wait::Run => break,
+                Wait::ForJobs => None,
+                Wait::Until(at) => Some(at.saturating_duration_since(now)),
             };
             state.worker_waiting = true;
             back_to_back = false;
@@ -322,11 +320,11 @@ fn work<J: Weighed>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) 
             };
             state.worker_waiting = false;
         }
-        let n = group_jobs(state.queued, max_batch_size, group_batches);
+        let n = rules.group_jobs(state.queued);
         state.take(n, &mut group);
         drop(state);
         shared.room.add_permits(n);
-        let (started, batches) = (Instant::now(), n.div_ceil(max_batch_size));
+        let started = (shared.clock)();
         while !group.is_empty() {
             if shared.closed.load(Ordering::Relaxed) {
                 return;
@@ -338,28 +336,80 @@ fn work<J: Weighed>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) 
             batch.clear();
             back_to_back = true;
         }
-        group_batches = next_group_batches(started.elapsed(), batches, fast_group);
+        rules.group_ran(n, (shared.clock)().saturating_duration_since(started));
     }
 }
 
-/// How many of `queued` jobs the worker takes at once: up to
-/// `group_batches` full batches; a partial batch (it waited for its time)
-/// only alone, so that what is queued later still fills the next batches.
-fn group_jobs(queued: usize, max_batch_size: usize, group_batches: usize) -> usize {
-    match (queued / max_batch_size).min(group_batches) {
-        0 => queued,
-        full => full * max_batch_size,
-    }
+/// What the worker does next (see `Rules::wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Take a batch (or a group of them) now.
+    Run,
+    /// Wait for a partial batch to fill until then, or for more jobs.
+    Until(Instant),
+    /// Nothing is queued: wait for jobs.
+    ForJobs,
 }
 
-/// The batches of the next group: `fast_group` after a group of fast
-/// batches, else one.
-fn next_group_batches(took: Duration, batches: usize, fast_group: usize) -> usize {
-    let fast = took < FAST_BATCH.saturating_mul(u32::try_from(batches).unwrap_or(u32::MAX));
-    if fast {
-        fast_group
-    } else {
-        1
+/// The worker's timing rules, handed the time: when a batch is cut (full,
+/// or its oldest job has waited `max_wait`), and how many jobs a group
+/// takes (whole batches, several while batches run fast).
+#[derive(Debug)]
+struct Rules {
+    max_batch_size: usize,
+    max_wait: Duration,
+    /// Whole batches per group while batches are fast: at least one.
+    fast_group: usize,
+    /// Whole batches the next group may take.
+    group_batches: usize,
+}
+
+impl Rules {
+    fn new(policy: BatchPolicy) -> Self {
+        let max_batch_size = policy.max_batch_size.max(1);
+        Self {
+            max_batch_size,
+            max_wait: policy.max_wait,
+            fast_group: (GROUP_JOBS / max_batch_size).max(1),
+            group_batches: 1,
+        }
+    }
+
+    /// With `queued` jobs, the oldest queued at `oldest`, at `now`: a full
+    /// batch runs; a partial one once its oldest job has waited `max_wait`
+    /// (at once with no `max_wait`).
+    fn wait(&self, queued: usize, oldest: Option<Instant>, now: Instant) -> Wait {
+        if queued >= self.max_batch_size {
+            return Wait::Run;
+        }
+        let Some(oldest) = oldest else {
+            return Wait::ForJobs;
+        };
+        let cut = oldest + self.max_wait;
+        if now >= cut {
+            Wait::Run
+        } else {
+            Wait::Until(cut)
+        }
+    }
+
+    /// How many of `queued` jobs the worker takes at once: up to the group's
+    /// whole batches; a partial batch (it waited for its time) only alone,
+    /// so that what is queued later still fills the next batches.
+    fn group_jobs(&self, queued: usize) -> usize {
+        match (queued / self.max_batch_size).min(self.group_batches) {
+            0 => queued,
+            full => full * self.max_batch_size,
+        }
+    }
+
+    /// A group of `jobs` jobs took `took` to run: the next group takes
+    /// `fast_group` batches if its batches were fast (under `FAST_BATCH`
+    /// each, on average), else one.
+    fn group_ran(&mut self, jobs: usize, took: Duration) {
+        let batches = u32::try_from(jobs.div_ceil(self.max_batch_size)).unwrap_or(u32::MAX);
+        let fast = took < FAST_BATCH.saturating_mul(batches);
+        self.group_batches = if fast { self.fast_group } else { 1 };
     }
 }
 
@@ -379,25 +429,87 @@ mod tests {
         }
     }
 
+    fn rules(max_batch_size: usize, max_wait: Duration) -> Rules {
+        Rules::new(policy(max_batch_size, max_wait))
+    }
+
+    /// `rules` after a group of fast batches.
+    fn fast(mut rules: Rules) -> Rules {
+        rules.group_ran(rules.max_batch_size, Duration::ZERO);
+        rules
+    }
+
     #[test]
     fn groups_take_whole_batches_and_a_partial_one_only_alone() {
-        assert_eq!(group_jobs(200, 1, 64), 64);
-        assert_eq!(group_jobs(200, 8, 8), 64);
+        assert_eq!(fast(rules(1, Duration::ZERO)).group_jobs(200), 64);
+        let eights = fast(rules(8, Duration::ZERO));
+        assert_eq!(eights.group_jobs(200), 64);
         // Whole batches only: the 3 left over wait for more.
-        assert_eq!(group_jobs(19, 8, 8), 16);
-        assert_eq!(group_jobs(5, 8, 8), 5);
-        // Slow batches: one at a time, as without groups.
-        assert_eq!(group_jobs(200, 8, 1), 8);
-        assert_eq!(group_jobs(200, 100, 1), 100);
+        assert_eq!(eights.group_jobs(19), 16);
+        assert_eq!(eights.group_jobs(5), 5);
+        // Slow batches (and before the first group): one at a time.
+        assert_eq!(rules(8, Duration::ZERO).group_jobs(200), 8);
+        assert_eq!(rules(100, Duration::ZERO).group_jobs(200), 100);
+        // A batch larger than a group's jobs: groups of one batch.
+        assert_eq!(fast(rules(100, Duration::ZERO)).group_jobs(200), 100);
     }
 
     #[test]
     fn only_fast_batches_make_the_next_group_larger() {
-        let us = Duration::from_micros;
-        assert_eq!(next_group_batches(us(100), 10, 64), 64);
-        assert_eq!(next_group_batches(us(300), 10, 64), 1);
-        assert_eq!(next_group_batches(us(19), 1, 64), 64);
-        assert_eq!(next_group_batches(Duration::from_millis(5), 1, 64), 1);
+        let mut r = rules(1, Duration::ZERO);
+        // 20 µs a batch is the boundary: ten batches in 200 µs are not fast.
+        let limit = FAST_BATCH * 10;
+        r.group_ran(10, limit - Duration::from_nanos(1));
+        assert_eq!(r.group_batches, 64, "just under: fast");
+        r.group_ran(10, limit);
+        assert_eq!(r.group_batches, 1, "at the boundary: slow");
+        r.group_ran(10, limit - Duration::from_nanos(1));
+        r.group_ran(10, limit + Duration::from_nanos(1));
+        assert_eq!(r.group_batches, 1, "over: slow");
+        // Batches, not jobs, are counted: 2 batches of 8 jobs.
+        let mut r = rules(8, Duration::ZERO);
+        r.group_ran(16, FAST_BATCH * 2 - Duration::from_nanos(1));
+        assert_eq!(r.group_batches, 8);
+    }
+
+    #[test]
+    fn a_partial_batch_is_cut_max_wait_after_its_oldest_job() {
+        let max_wait = Duration::from_millis(50);
+        let r = rules(4, max_wait);
+        let t0 = Instant::now();
+        let cut = t0 + max_wait;
+        let ns = Duration::from_nanos(1);
+        assert_eq!(r.wait(0, None, t0), Wait::ForJobs);
+        assert_eq!(r.wait(2, Some(t0), t0), Wait::Until(cut));
+        assert_eq!(
+            r.wait(2, Some(t0), cut - ns),
+            Wait::Until(cut),
+            "just before"
+        );
+        assert_eq!(r.wait(2, Some(t0), cut), Wait::Run, "at the deadline");
+        assert_eq!(r.wait(2, Some(t0), cut + ns), Wait::Run, "after");
+        // The oldest job counts, not the latest.
+        assert_eq!(r.wait(3, Some(t0 + ns), cut), Wait::Until(cut + ns));
+    }
+
+    #[test]
+    fn a_full_batch_is_cut_at_once() {
+        let r = rules(4, Duration::from_secs(3600));
+        let t0 = Instant::now();
+        assert_eq!(
+            r.wait(3, Some(t0), t0),
+            Wait::Until(t0 + Duration::from_secs(3600))
+        );
+        assert_eq!(r.wait(4, Some(t0), t0), Wait::Run, "exactly full");
+        assert_eq!(r.wait(5, Some(t0), t0), Wait::Run);
+    }
+
+    #[test]
+    fn without_max_wait_what_is_queued_runs_at_once() {
+        let r = rules(4, Duration::ZERO);
+        let t0 = Instant::now();
+        assert_eq!(r.wait(1, Some(t0), t0), Wait::Run);
+        assert_eq!(r.wait(0, None, t0), Wait::ForJobs);
     }
 
     #[tokio::test]
@@ -433,6 +545,15 @@ mod tests {
         );
     }
 
+    /// A clock that moves a millisecond at each reading: every group of
+    /// batches is slow, so the worker takes one batch at a time.
+    fn slow_clock() -> Instant {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        static READINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let ms = READINGS.fetch_add(1, Ordering::Relaxed);
+        *START.get_or_init(Instant::now) + Duration::from_millis(ms)
+    }
+
     /// Each batch run, and whether it was back to back.
     type Batches = mpsc::Receiver<(Vec<u32>, bool)>;
 
@@ -445,7 +566,7 @@ mod tests {
             let _ = batches_tx.send((jobs.clone(), turn.back_to_back));
             let _ = gate_rx.recv();
         };
-        let batcher = Batcher::start(policy, capacity, run).unwrap();
+        let batcher = Batcher::start_with_clock(policy, capacity, run, slow_clock).unwrap();
         (batcher, batches, gate)
     }
 
@@ -541,13 +662,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_partial_batch_waits_max_wait_after_its_oldest_job() {
-        let max_wait = Duration::from_millis(50);
-        let (batcher, batches, _gate) = gated(policy(4, max_wait), 64);
-        let submitted = Instant::now();
+    async fn a_partial_batch_runs_once_its_wait_is_over() {
+        // When exactly is `Rules::wait`'s; here, that the waiting worker
+        // wakes for it, on the real clock.
+        let (tx, rx) = mpsc::channel();
+        let run = move |jobs: &mut Vec<u32>, _: Turn| {
+            let _ = tx.send(jobs.clone());
+        };
+        let batcher = Batcher::start(policy(4, Duration::from_millis(1)), 64, run).unwrap();
         batcher.submit(0, &mut vec![1, 2]).await.unwrap();
-        assert_eq!(jobs(&batches), vec![1, 2]);
-        assert!(submitted.elapsed() >= max_wait);
+        assert_eq!(rx.recv_timeout(LONG).unwrap(), vec![1, 2]);
     }
 
     #[tokio::test]
