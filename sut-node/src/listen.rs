@@ -3,6 +3,12 @@
 //! server's accept loop: a refused client told why, a deadline for the TLS
 //! handshake or the first bytes, an idle timeout, and no busy loop when
 //! accepting fails (out of file descriptors): it waits and says so.
+//!
+//! The timing rules are plain state handed the time: `Liveness` (the
+//! handshake and idle timeouts), `Throttled` (warnings at most one per
+//! `WARN_EVERY`) and `AcceptRetry` (no accept before `ACCEPT_RETRY` after a
+//! failed one). The accept loop and `Guarded` only sleep until the deadline
+//! they give and report what happened.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -11,12 +17,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use tracing::{debug, warn};
@@ -215,19 +221,53 @@ pub(crate) struct Throttled {
 
 impl Throttled {
     pub(crate) fn warn(&mut self, message: &str) {
-        let now = Instant::now();
+        match self.on_warning(now()) {
+            None => {}
+            Some(0) => warn!("{message}"),
+            Some(more) => warn!("{message} (and {more} more like it)"),
+        }
+    }
+
+    /// A warning at `now`: `Some(warnings suppressed since the last one
+    /// logged)` if this one is logged, `None` if it is suppressed.
+    fn on_warning(&mut self, now: Instant) -> Option<u64> {
         if self.last.is_some_and(|t| now < t + WARN_EVERY) {
             self.suppressed += 1;
-            return;
-        }
-        let more = std::mem::take(&mut self.suppressed);
-        if more > 0 {
-            warn!("{message} (and {more} more like it)");
-        } else {
-            warn!("{message}");
+            return None;
         }
         self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
     }
+}
+
+/// The accept loop's rule after a failed accept (out of file descriptors,
+/// say): no new try before `ACCEPT_RETRY` has passed, so that the loop
+/// waits rather than spins.
+#[derive(Debug, Default)]
+struct AcceptRetry {
+    resume_at: Option<Instant>,
+}
+
+impl AcceptRetry {
+    /// Accepting failed at `now`.
+    fn on_failed(&mut self, now: Instant) {
+        self.resume_at = Some(now + ACCEPT_RETRY);
+    }
+
+    /// When the loop may try again (`None`: at once).
+    fn next_deadline(&self) -> Option<Instant> {
+        self.resume_at
+    }
+
+    /// Whether the loop may accept at `now`.
+    fn may_accept(&self, now: Instant) -> bool {
+        self.resume_at.is_none_or(|at| now >= at)
+    }
+}
+
+/// The listeners' clock: tokio's, so that paused time pauses it.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// The connections of `listener` within the limits of `slots`, each through
@@ -252,7 +292,12 @@ where
         let mut evicted = Throttled::default();
         let telling = Arc::new(Semaphore::new(MAX_TOLD_AT_ONCE));
         let mut stop = stop;
+        let mut retry = AcceptRetry::default();
         loop {
+            if let Some(at) = retry.next_deadline().filter(|_| !retry.may_accept(now())) {
+                tokio::time::sleep_until(at.into()).await;
+                continue;
+            }
             let accepted = tokio::select! {
                 _ = stopped(&mut stop) => return,
                 a = listener.accept() => a,
@@ -264,7 +309,7 @@ where
                     failed.warn(&format!(
                         "accepting a gRPC connection failed: {e}; retrying in {ACCEPT_RETRY:?}"
                     ));
-                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    retry.on_failed(now());
                     continue;
                 }
             };
@@ -363,45 +408,117 @@ fn refusal(status: &tonic::Status) -> http::Response<()> {
     response
 }
 
+/// A connection's timing rule, handed the time: it ends once it has
+/// carried nothing for too long. Before its first bytes from the client,
+/// the handshake timeout; after them, the idle timeout, counted from the
+/// latest bytes either way.
+#[derive(Debug)]
+struct Liveness {
+    idle: Duration,
+    deadline: Instant,
+    /// The client has sent its first bytes.
+    started: bool,
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Silence {
+    /// Nothing from the client within the handshake timeout.
+    NothingSent,
+    /// Nothing either way within the idle timeout.
+    Idle,
+}
+
+impl Liveness {
+    /// A connection opened at `now`.
+    fn new(now: Instant, limits: &Limits) -> Self {
+        Self {
+            idle: limits.idle_timeout,
+            deadline: now + limits.handshake_timeout,
+            started: false,
+        }
+    }
+
+    /// Bytes came from the client at `now`.
+    fn on_read(&mut self, now: Instant) {
+        self.started = true;
+        self.deadline = now + self.idle;
+    }
+
+    /// Bytes went to the client at `now`; they count only once the client
+    /// has sent some. Returns whether the deadline moved.
+    fn on_write(&mut self, now: Instant) -> bool {
+        if self.started {
+            self.deadline = now + self.idle;
+        }
+        self.started
+    }
+
+    fn next_deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Why the connection ends at `now`, if it does.
+    fn expired(&self, now: Instant) -> Option<Silence> {
+        (now >= self.deadline).then_some(match self.started {
+            true => Silence::Idle,
+            false => Silence::NothingSent,
+        })
+    }
+}
+
 /// A connection that holds its [`Slot`] and ends with an error when it has
-/// carried nothing for too long: before its first bytes, the handshake
-/// timeout; after them, the idle timeout.
+/// carried nothing for too long (see [`Liveness`]).
 pub(crate) struct Guarded<S> {
     inner: S,
-    idle: Duration,
+    liveness: Liveness,
     deadline: Pin<Box<Sleep>>,
-    started: bool,
     _slot: Slot,
 }
 
 impl<S> Guarded<S> {
     fn new(inner: S, slot: Slot, limits: &Limits) -> Self {
+        let liveness = Liveness::new(now(), limits);
+        let deadline = tokio::time::sleep_until(liveness.next_deadline().into());
         Self {
             inner,
-            idle: limits.idle_timeout,
-            deadline: Box::pin(tokio::time::sleep(limits.handshake_timeout)),
-            started: false,
+            liveness,
+            deadline: Box::pin(deadline),
             _slot: slot,
         }
     }
 
-    fn active(&mut self) {
-        self.started = true;
-        self.deadline.as_mut().reset(Instant::now() + self.idle);
+    fn bytes_read(&mut self) {
+        self.liveness.on_read(now());
+        self.rearm();
+    }
+
+    fn bytes_written(&mut self) {
+        if self.liveness.on_write(now()) {
+            self.rearm();
+        }
+    }
+
+    fn rearm(&mut self) {
+        let at = self.liveness.next_deadline();
+        self.deadline.as_mut().reset(at.into());
     }
 
     /// The error that ends the connection once its deadline has passed.
     fn expired(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
-        self.deadline.as_mut().poll(cx).is_ready().then(|| {
-            let what = match self.started {
-                true => "idle",
-                false => "sent nothing",
-            };
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("connection {what} too long"),
-            )
-        })
+        if self.deadline.as_mut().poll(cx).is_pending() {
+            return None;
+        }
+        // Ready: tokio's clock has reached the deadline.
+        let passed = self.deadline.deadline().into_std();
+        let what = match self.liveness.expired(passed)? {
+            Silence::Idle => "idle",
+            Silence::NothingSent => "sent nothing",
+        };
+        Some(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("connection {what} too long"),
+        ))
     }
 }
 
@@ -416,7 +533,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    this.active();
+                    this.bytes_read();
                 }
                 Poll::Ready(Ok(()))
             }
@@ -437,8 +554,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.inner).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) && this.started {
-            this.active();
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.bytes_written();
         }
         r
     }
@@ -450,8 +567,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) && this.started {
-            this.active();
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.bytes_written();
         }
         r
     }
@@ -545,12 +662,90 @@ mod tests {
         assert_eq!((t.open.len(), t.per_ip.len(), t.by_peer.len()), (2, 2, 2));
     }
 
+    fn limits() -> Limits {
+        Limits {
+            handshake_timeout: Duration::from_millis(100),
+            idle_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        }
+    }
+
+    const NS: Duration = Duration::from_nanos(1);
+
+    #[test]
+    fn a_silent_connection_ends_at_the_handshake_timeout() {
+        let t0 = Instant::now();
+        let shake = t0 + Duration::from_millis(100);
+        let mut l = Liveness::new(t0, &limits());
+        assert_eq!(l.next_deadline(), shake);
+        assert_eq!(l.expired(shake - NS), None, "just before");
+        assert_eq!(l.expired(shake), Some(Silence::NothingSent), "at");
+        assert_eq!(l.expired(shake + NS), Some(Silence::NothingSent), "after");
+        // The node's own bytes do not keep a silent client's connection.
+        assert!(!l.on_write(t0 + Duration::from_millis(50)));
+        assert_eq!(l.next_deadline(), shake);
+    }
+
+    #[test]
+    fn a_connection_ends_once_idle_for_the_idle_timeout() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut l = Liveness::new(t0, &limits());
+        l.on_read(t0 + ms(90));
+        // The idle timeout now, not the (shorter) handshake one.
+        let idle = t0 + ms(390);
+        assert_eq!(l.next_deadline(), idle);
+        assert_eq!(l.expired(t0 + ms(100)), None);
+        assert_eq!(l.expired(idle - NS), None, "just before");
+        assert_eq!(l.expired(idle), Some(Silence::Idle), "at");
+        assert_eq!(l.expired(idle + NS), Some(Silence::Idle), "after");
+        // Bytes either way push it back.
+        assert!(l.on_write(t0 + ms(200)));
+        assert_eq!(l.expired(idle), None);
+        assert_eq!(l.next_deadline(), t0 + ms(500));
+        l.on_read(t0 + ms(450));
+        assert_eq!(l.expired(t0 + ms(750) - NS), None);
+        assert_eq!(l.expired(t0 + ms(750)), Some(Silence::Idle));
+    }
+
+    #[test]
+    fn warnings_of_a_kind_are_logged_at_most_once_per_interval() {
+        let t0 = Instant::now();
+        let mut w = Throttled::default();
+        assert_eq!(w.on_warning(t0), Some(0));
+        assert_eq!(w.on_warning(t0 + WARN_EVERY - NS), None, "just before");
+        assert_eq!(w.on_warning(t0 + WARN_EVERY - NS), None);
+        // At the interval's end: logged, with the count of those suppressed.
+        assert_eq!(w.on_warning(t0 + WARN_EVERY), Some(2), "at");
+        assert_eq!(w.on_warning(t0 + WARN_EVERY + NS), None);
+        assert_eq!(w.on_warning(t0 + 3 * WARN_EVERY), Some(1), "after");
+    }
+
+    #[test]
+    fn after_a_failed_accept_the_loop_waits_before_trying_again() {
+        let t0 = Instant::now();
+        let mut r = AcceptRetry::default();
+        assert!(r.may_accept(t0) && r.next_deadline().is_none());
+        r.on_failed(t0);
+        let again = t0 + ACCEPT_RETRY;
+        assert_eq!(r.next_deadline(), Some(again));
+        assert!(!r.may_accept(t0), "at once: no spinning");
+        assert!(!r.may_accept(again - NS), "just before");
+        assert!(r.may_accept(again), "at");
+        assert!(r.may_accept(again + NS), "after");
+        // Each failure starts the wait again.
+        r.on_failed(again);
+        assert!(!r.may_accept(again + ACCEPT_RETRY - NS));
+    }
+
     #[tokio::test]
     async fn a_connection_ends_when_silent_then_when_idle() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // When exactly is `Liveness`'s; here, that the connection wakes,
+        // ends with the reason, and frees its place.
         let limits = Limits {
-            handshake_timeout: Duration::from_millis(100),
-            idle_timeout: Duration::from_millis(300),
+            handshake_timeout: Duration::from_millis(1),
+            idle_timeout: Duration::from_millis(1),
             ..Limits::default()
         };
         let slots = Slots::new(limits);
@@ -569,11 +764,8 @@ mod tests {
         client.write_all(b"hello").await.unwrap();
         let mut buf = [0u8; 8];
         assert_eq!(idle.read(&mut buf).await.unwrap(), 5);
-        let started = Instant::now();
         let e = idle.read(&mut buf).await.unwrap_err();
         assert!(e.to_string().contains("idle"), "{e}");
-        // The idle timeout, not the (shorter) handshake one.
-        assert!(started.elapsed() >= Duration::from_millis(300));
         drop((silent, idle));
         assert_eq!(slots.table.lock().unwrap().open.len(), 0, "places freed");
     }

@@ -1,6 +1,7 @@
 //! A node out of file descriptors (idle connections have taken them all)
-//! waits instead of spinning on its failing accept loop, says so, closes
-//! the connections that send nothing, and then serves a real client again.
+//! says so, closes the connections that send nothing, and then serves a
+//! real client again. (That its accept loop waits between failed accepts
+//! rather than spin is `listen`'s `AcceptRetry` rule, tested there.)
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
@@ -18,22 +19,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// CPU time the process has used, user and system.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields 14 and 15 (utime, stime), counted after the command's ")".
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|f| f.parse().unwrap())
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    Duration::from_millis((fields[0] + fields[1]) * 1000 / ticks)
 }
 
 fn name_round_trip(addr: &str) -> Result<String, String> {
@@ -87,7 +72,6 @@ fn out_of_descriptors_the_node_waits_then_serves_again() {
         });
     }
     let mut node = Killed(command.spawn().expect("sut-node starts"));
-    let pid = node.0.id();
     let mut ready = String::new();
     BufReader::new(node.0.stdout.take().unwrap())
         .read_line(&mut ready)
@@ -110,16 +94,6 @@ fn out_of_descriptors_the_node_waits_then_serves_again() {
     let mut silent: Vec<TcpStream> = (0..NOFILE + 32)
         .map(|_| TcpStream::connect(&addr).expect("connect"))
         .collect();
-    let before = cpu_time(pid);
-    let start = Instant::now();
-    std::thread::sleep(Duration::from_secs(1));
-    let spent = cpu_time(pid) - before;
-    let elapsed = start.elapsed();
-    assert!(
-        spent < elapsed / 5,
-        "the node used {spent:?} of CPU in {elapsed:?} while out of descriptors"
-    );
-
     // The node closes the silent ones after the handshake timeout, accepts
     // the backlog in turn, and a real client is served within a few rounds.
     let deadline = Instant::now() + Duration::from_secs(30);
