@@ -340,12 +340,27 @@ enum BackendKind {
     Onnx,
 }
 
+/// The process's exit codes other than 0 (served and stopped, or ready).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    /// The node could not start or serve; `health`: no answer, or not ready.
+    Failed = 1,
+    /// Bad options or --config file (clap's own code for them too).
+    Usage = 2,
+}
+
+impl Exit {
+    fn now(self) -> ! {
+        std::process::exit(self as i32)
+    }
+}
+
 fn main() {
     let cli = match config_file::args_with_config(std::env::args_os(), &serve_command()) {
         Ok(args) => Cli::parse_from(args),
         Err(e) => {
             eprintln!("sut-node: error: {e:#}");
-            std::process::exit(2);
+            Exit::Usage.now();
         }
     };
     let threads = match &cli.command {
@@ -360,7 +375,7 @@ fn main() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("sut-node: error: cannot start the async runtime: {e}");
-            std::process::exit(1);
+            Exit::Failed.now();
         }
     };
     runtime.block_on(run(cli));
@@ -373,7 +388,7 @@ async fn run(cli: Cli) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("sut-node: error: {e:#}");
-                std::process::exit(2);
+                Exit::Usage.now();
             }
         },
         Command::Health(_) => None,
@@ -396,7 +411,7 @@ async fn run(cli: Cli) {
     if let Err(e) = result {
         // One readable line (with its causes), never a backtrace dump.
         eprintln!("sut-node: error: {e:#}");
-        std::process::exit(1);
+        Exit::Failed.now();
     }
 }
 
@@ -454,7 +469,7 @@ async fn health(args: HealthArgs) -> Result<()> {
         reply.outstanding
     );
     if !reply.ready {
-        std::process::exit(1);
+        Exit::Failed.now();
     }
     Ok(())
 }
