@@ -285,7 +285,8 @@ async fn small_compressed_inputs_wait_for_about_one_input_of_the_limit_not_one_o
     // Eight connections stream inputs that each decode to the limit, and
     // read their answers; the synthetic backend's work grows with the input.
     let bomb = Bytes::from(streamed_zstd(LIMIT));
-    let bombs_answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (bombs_answered, mut answered_rx) = tokio::sync::watch::channel(0u64);
+    let bombs_answered = Arc::new(bombs_answered);
     let mut bombers = Vec::new();
     for _ in 0..8 {
         let mut client = SutNodeClient::connect(format!("http://{addr}"))
@@ -305,15 +306,15 @@ async fn small_compressed_inputs_wait_for_about_one_input_of_the_limit_not_one_o
         let counted = Arc::clone(&bombs_answered);
         bombers.push(tokio::spawn(async move {
             while let Ok(Some(m)) = answers.message().await {
-                counted.fetch_add(m.answers.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                counted.send_modify(|n| *n += m.answers.len() as u64);
             }
         }));
     }
     // They are under way.
-    while bombs_answered.load(std::sync::atomic::Ordering::Relaxed) < 16 {
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    tokio::time::timeout(LONG, answered_rx.wait_for(|n| *n >= 16))
+        .await
+        .unwrap()
+        .unwrap();
     // A LoadGen node's connection sends its samples one at a time, each
     // once the previous one is answered; meanwhile the node answers about
     // one input of the limit per sample (the one it is on), where taking
@@ -328,7 +329,7 @@ async fn small_compressed_inputs_wait_for_about_one_input_of_the_limit_not_one_o
         .unwrap()
         .into_inner();
     let small = CodecSpec::from(CodecKind::Zstd).codec().compress(&input(1));
-    let before = bombs_answered.load(std::sync::atomic::Ordering::Relaxed);
+    let before = *bombs_answered.borrow();
     const SAMPLES: u64 = 20;
     for id in 0..SAMPLES {
         tx.send(sample(id, small.clone(), Codec::Zstd as i32))
@@ -345,7 +346,7 @@ async fn small_compressed_inputs_wait_for_about_one_input_of_the_limit_not_one_o
             }
         }
     }
-    let meanwhile = bombs_answered.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let meanwhile = *bombs_answered.borrow() - before;
     assert!(
         meanwhile < 4 * SAMPLES,
         "{meanwhile} inputs of the limit answered while {SAMPLES} small ones were"
