@@ -65,23 +65,42 @@ pub fn input_codec_names() -> String {
         .join(", ")
 }
 
+/// Why a sample's input cannot be given to the backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// Sent with a codec this node does not decode.
+    #[error("this sut-node cannot decode {} inputs", codec_name(*.0))]
+    UnknownCodec(i32),
+    /// A raw input over the limit.
+    #[error("the input is {len} bytes, more than this sut-node's --max-input-bytes {max}")]
+    TooLarge { len: usize, max: usize },
+    /// A compressed input that is corrupt or decodes to more than the limit.
+    #[error("cannot decode the input (--max-input-bytes {max}): {reason}")]
+    Undecodable {
+        max: usize,
+        reason: compression::CodecError,
+    },
+}
+
 /// The backend's input for a sample's payload sent with `codec`: the payload
 /// itself, or its decoded bytes. Inputs over `max_len` bytes are refused.
-pub fn decode_input(codec: i32, payload: Bytes, max_len: usize) -> Result<Bytes, String> {
-    let kind = CodecKind::from_wire(codec)
-        .map_err(|_| format!("this sut-node cannot decode {} inputs", codec_name(codec)))?;
+pub fn decode_input(codec: i32, payload: Bytes, max_len: usize) -> Result<Bytes, InputError> {
+    let kind = CodecKind::from_wire(codec).map_err(|_| InputError::UnknownCodec(codec))?;
     if kind == CodecKind::None {
         if payload.len() > max_len {
-            return Err(format!(
-                "the input is {} bytes, more than this sut-node's --max-input-bytes {max_len}",
-                payload.len()
-            ));
+            return Err(InputError::TooLarge {
+                len: payload.len(),
+                max: max_len,
+            });
         }
         return Ok(payload);
     }
     compression::decompress(kind, &payload, max_len)
         .map(Bytes::from)
-        .map_err(|e| format!("cannot decode the input (--max-input-bytes {max_len}): {e}"))
+        .map_err(|e| InputError::Undecodable {
+            max: max_len,
+            reason: e,
+        })
 }
 
 /// The most bytes decoding `payload` (sent with `codec`) under `max_len`
@@ -128,7 +147,7 @@ mod tests {
             assert_eq!(got.as_ref(), &input[..], "{kind}");
             assert!(can_decode(kind.wire()));
         }
-        let err = decode_input(42, Bytes::new(), MAX).unwrap_err();
+        let err = decode_input(42, Bytes::new(), MAX).unwrap_err().to_string();
         assert!(err.contains("unknown codec 42"), "{err}");
         assert!(!can_decode(42));
         assert_eq!(input_codec_names(), "none, zstd, lz4");
@@ -140,7 +159,9 @@ mod tests {
         for kind in [CodecKind::Zstd, CodecKind::Lz4] {
             let bomb = Bytes::from(CodecSpec::from(kind).codec().compress(&zeros));
             assert!(bomb.len() < 64 << 10);
-            let err = decode_input(kind.wire(), bomb, MAX).unwrap_err();
+            let err = decode_input(kind.wire(), bomb, MAX)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(&format!("{kind} frame of"))
                     && err.contains("declares 4194304 bytes")
@@ -148,10 +169,13 @@ mod tests {
                 "{err}"
             );
             let err = decode_input(kind.wire(), Bytes::from_static(b"\x10\0\0\0garbage"), MAX)
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(&format!("corrupt {kind} frame")), "{err}");
         }
-        let err = decode_input(Codec::None as i32, Bytes::from(vec![0; 11]), 10).unwrap_err();
+        let err = decode_input(Codec::None as i32, Bytes::from(vec![0; 11]), 10)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("11 bytes, more than") && err.contains("10"),
             "{err}"

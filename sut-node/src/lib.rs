@@ -1,18 +1,19 @@
 //! The sut-node: serves the `SutNode` gRPC service (`proto/sutnode.proto`)
 //! and runs the samples a LoadGen node sends through an inference backend.
 //!
-//! - [`server`]: the gRPC service: lifecycle, sessions, health.
-//! - `infer`: the data path of the `Infer` streams.
+//! - [`server`]: serving the node: its lifecycle (warm-up, readiness,
+//!   shutdown) and its transports, gRPC there and QUIC in [`quic`]; both
+//!   serve the control plane of `node` (names, sessions, health).
+//! - `infer`: the data path of the `Infer` streams, room by room (reading,
+//!   decoding, budgets, batching hand-off, outbox and writing).
 //! - [`batcher`]: dynamic batching onto one blocking worker thread.
 //! - [`backend`]: the `Backend` trait and its implementations.
 //! - [`codec`]: decoding of sample inputs.
 
 pub mod backend;
 pub mod batcher;
-mod budget;
 pub mod codec;
 pub mod config_file;
-mod decode_pool;
 pub mod describe;
 mod grpc_framed;
 mod infer;

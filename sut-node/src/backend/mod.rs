@@ -26,12 +26,36 @@ pub struct Answer {
 
 /// One sample's result: its answer, or why this sample alone failed (the
 /// rest of its batch is unaffected).
-pub type Output = Result<Answer, String>;
+pub type Output = Result<Answer, SampleFailure>;
 
 /// A failure of the backend itself: at load time, or for a whole batch.
-#[derive(Debug, Clone, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{0}")]
 pub struct BackendError(pub String);
+
+/// Why one sample got no answer. It becomes text only on the wire: the
+/// message of the sample's `SampleError`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SampleFailure {
+    /// Its input could not be decoded, or is over `--max-input-bytes`.
+    #[error(transparent)]
+    Input(#[from] crate::codec::InputError),
+    /// Its decoding stopped before it finished (the decoding task died).
+    #[error("decoding failed: {0}")]
+    DecodingAborted(String),
+    /// The backend could not answer this sample.
+    #[error("{0}")]
+    Backend(String),
+    /// The backend failed the sample's whole batch.
+    #[error("backend failed: {0}")]
+    Batch(BackendError),
+    /// The backend returned a wrong number of outputs for the batch.
+    #[error("backend returned {returned} outputs for a batch of {batch}")]
+    Miscounted { returned: usize, batch: usize },
+    /// The backend panicked while running the batch.
+    #[error("backend panicked")]
+    Panicked,
+}
 
 /// What the batcher says about a batch besides its inputs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

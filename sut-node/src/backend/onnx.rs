@@ -21,7 +21,7 @@ use ort::session::Session;
 use ort::value::{DynTensor, Shape, TensorElementType, ValueType};
 use thiserror::Error;
 
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
 
 /// What installs a usable `libonnxruntime.so`, for error messages.
 const INSTALL_HINT: &str = "`pip install onnxruntime` (CPU) or `pip install onnxruntime-gpu` \
@@ -548,7 +548,8 @@ impl Onnx {
                         *ty,
                         self.args.onnx_label_offset,
                         self.args.onnx_label_dtype,
-                    )?,
+                    )
+                    .map_err(SampleFailure::Backend)?,
                 };
                 Ok(Answer {
                     payload,
@@ -663,9 +664,10 @@ impl Backend for Onnx {
             match self.input.check(input.len()) {
                 Ok(()) => {
                     valid.push(i);
-                    outputs.push(Err("the model gave no output".to_string()));
+                    let none = SampleFailure::Backend("the model gave no output".to_string());
+                    outputs.push(Err(none));
                 }
-                Err(e) => outputs.push(Err(e)),
+                Err(e) => outputs.push(Err(SampleFailure::Backend(e))),
             }
         }
         let capacity = self.input.run_capacity(inputs.len());

@@ -34,7 +34,7 @@ use thiserror::Error;
 use tokio::sync::mpsc::{self, UnboundedSender};
 
 use super::forward::{run_batch, Runtime};
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -254,7 +254,7 @@ impl Openai {
             let request = match request {
                 Ok(r) => r,
                 Err(e) => {
-                    let _ = tx.send(Event::Done(index, Err(e)));
+                    let _ = tx.send(Event::Done(index, Err(SampleFailure::Backend(e))));
                     continue;
                 }
             };
@@ -268,9 +268,9 @@ impl Openai {
                 let generation = generate(&client, request, answer, index, &tx);
                 let output = match tokio::time::timeout(timeout, generation).await {
                     Ok(output) => output,
-                    Err(_) => Err(format!(
+                    Err(_) => Err(SampleFailure::Backend(format!(
                         "no complete answer from the inference server within {timeout:?}"
-                    )),
+                    ))),
                 };
                 let _ = tx.send(Event::Done(index, output));
             });
@@ -301,7 +301,13 @@ impl Openai {
         }
         outputs
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| Err("the request ended without an answer".into())))
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(SampleFailure::Backend(
+                        "the request ended without an answer".into(),
+                    ))
+                })
+            })
             .collect()
     }
 
@@ -411,18 +417,17 @@ async fn generate(
     index: usize,
     tx: &UnboundedSender<Event>,
 ) -> Output {
-    let response = client
-        .request(request)
-        .await
-        .map_err(|e| format!("inference server unreachable: {}", chain(&e)))?;
+    let response = client.request(request).await.map_err(|e| {
+        SampleFailure::Backend(format!("inference server unreachable: {}", chain(&e)))
+    })?;
     let status = response.status();
     let mut body = response.into_body();
     if !status.is_success() {
         let text = read_limited(body, 64 << 10).await.unwrap_or_default();
-        return Err(format!(
+        return Err(SampleFailure::Backend(format!(
             "inference server HTTP {status}: {}",
             error_message(&text)
-        ));
+        )));
     }
     let mut sse = SseParser::default();
     let mut acc = Accumulator::new(answer);
@@ -435,7 +440,10 @@ async fn generate(
         let frame = match frame {
             Ok(frame) => frame,
             Err(_) if done => break,
-            Err(e) => return Err(format!("inference server stream broken: {}", chain(&e))),
+            Err(e) => {
+                let broken = format!("inference server stream broken: {}", chain(&e));
+                return Err(SampleFailure::Backend(broken));
+            }
         };
         let Ok(data) = frame.into_data() else {
             continue;
@@ -444,12 +452,13 @@ async fn generate(
             continue;
         }
         sse.push(&data);
-        while let Some(event) = sse.next_event().map_err(|e| e.to_string())? {
+        let too_long = |e: EventTooLong| SampleFailure::Backend(e.to_string());
+        while let Some(event) = sse.next_event().map_err(too_long)? {
             if event == "[DONE]" {
                 done = true;
                 break;
             }
-            let piece = acc.chunk(&event)?;
+            let piece = acc.chunk(&event).map_err(SampleFailure::Backend)?;
             if !sent_first && !piece.is_empty() {
                 sent_first = true;
                 let _ = tx.send(Event::FirstToken(index, piece));

@@ -2,7 +2,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -146,15 +145,23 @@ fn ids(v: &[i32]) -> Bytes {
         .into()
 }
 
-/// First tokens with when they came.
+/// First tokens and early answers, each with its place in the order of
+/// everything the sink was given.
 #[derive(Default)]
-struct Collect(Vec<(usize, Bytes, Instant)>, Vec<(usize, Instant)>);
+struct Collect(Vec<(usize, Bytes, usize)>, Vec<(usize, usize)>);
+impl Collect {
+    fn next(&self) -> usize {
+        self.0.len() + self.1.len()
+    }
+}
 impl SampleSink for Collect {
     fn first_token(&mut self, index: usize, payload: Bytes) {
-        self.0.push((index, payload, Instant::now()));
+        let at = self.next();
+        self.0.push((index, payload, at));
     }
     fn answer_now(&mut self, index: usize, _: &Output) {
-        self.1.push((index, Instant::now()));
+        let at = self.next();
+        self.1.push((index, at));
     }
 }
 
@@ -169,14 +176,9 @@ fn a_short_answer_leaves_before_its_batch_mates_finish() {
     let mut sink = Collect::default();
     b.infer(&inputs, BatchInfo::default(), &mut sink)
         .expect("batch");
-    let end = Instant::now();
+    // The short one's answer left first, while the long one still ran.
     let order: Vec<usize> = sink.1.iter().map(|(i, _)| *i).collect();
     assert_eq!(order, [0, 1]);
-    let short = end - sink.1[0].1;
-    assert!(
-        short >= Duration::from_millis(400),
-        "{short:?} before the end"
-    );
 }
 
 #[test]
@@ -188,16 +190,9 @@ fn streams_a_batch_concurrently_with_first_tokens_as_they_come() {
     // Four chunks each (400 ms), eight samples at once.
     let inputs: Vec<Bytes> = (0..8).map(|i| ids(&[10 + i, 2, 3, 4])).collect();
     let mut sink = Collect::default();
-    let start = Instant::now();
     let out = b
         .infer(&inputs, BatchInfo::default(), &mut sink)
         .expect("batch");
-    let end = Instant::now();
-    assert!(
-        end - start < Duration::from_millis(1200),
-        "{:?}",
-        end - start
-    );
     assert_eq!(stats.most_in_flight.load(Ordering::SeqCst), 8);
     for (i, o) in out.iter().enumerate() {
         let a = o.as_ref().expect("answered");
@@ -206,10 +201,11 @@ fn streams_a_batch_concurrently_with_first_tokens_as_they_come() {
         assert_eq!(a.n_tokens, 4);
     }
     assert_eq!(sink.0.len(), 8);
+    // Sent on as they came: every first token before any answer.
+    let first_answer = sink.1.iter().map(|(_, at)| *at).min();
     for (i, token, at) in &sink.0 {
         assert_eq!(token, &Bytes::from(format!("{} ", 10 + i)));
-        // Sent on as it came, well before the batch's end.
-        assert!(end - *at >= Duration::from_millis(200), "{:?}", end - *at);
+        assert!(Some(*at) < first_answer, "{:?}", sink.1);
     }
 
     // The pooled connections are reused by the next batch.
@@ -265,9 +261,9 @@ fn server_errors_fail_only_their_sample() {
         .infer(&inputs, BatchInfo::default(), &mut Collect::default())
         .expect("batch");
     assert!(out[0].is_ok(), "{:?}", out[0]);
-    let errors: Vec<&String> = out[1..]
+    let errors: Vec<String> = out[1..]
         .iter()
-        .map(|o| o.as_ref().expect_err("fails"))
+        .map(|o| o.as_ref().expect_err("fails").to_string())
         .collect();
     assert!(
         errors[0].contains("HTTP 400") && errors[0].contains("prompt too long"),

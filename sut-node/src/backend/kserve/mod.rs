@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
 use super::forward::{run_batch, Runtime};
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
 use reassembly::StreamReassembly;
 
 mod output;
@@ -411,14 +411,17 @@ impl Kserve {
                 }
             }
         });
-        let mut outputs: Vec<Output> = vec![Err("no answer".into()); inputs.len()];
+        let no_answer = Err(SampleFailure::Backend("no answer".into()));
+        let mut outputs: Vec<Output> = vec![no_answer; inputs.len()];
         self.runtime.each(tasks, |i, response| {
-            let output = response.and_then(|r| {
-                Ok(Answer {
-                    payload: self.answer_of(&r)?,
-                    n_tokens: 0,
+            let output = response
+                .and_then(|r| {
+                    Ok(Answer {
+                        payload: self.answer_of(&r)?,
+                        n_tokens: 0,
+                    })
                 })
-            });
+                .map_err(SampleFailure::Backend);
             // Each answer leaves as its request ends, not with the slowest.
             sink.answer_now(i, &output);
             outputs[i] = output;

@@ -19,7 +19,7 @@ use bytes::BytesMut;
 
 use super::output::output_bytes;
 use super::pb;
-use crate::backend::{Answer, Output, SampleSink};
+use crate::backend::{Answer, Output, SampleFailure, SampleSink};
 
 /// The reassembly of one batch's stream.
 pub(super) struct StreamReassembly {
@@ -57,7 +57,7 @@ impl StreamReassembly {
     /// Sample `index` could not be sent: it fails with `error`.
     pub(super) fn not_sent(&mut self, index: usize, error: String) {
         if let Some(slot) = self.outputs.get_mut(index) {
-            *slot = Some(Err(error));
+            *slot = Some(Err(SampleFailure::Backend(error)));
         }
     }
 
@@ -83,7 +83,8 @@ impl StreamReassembly {
             return;
         }
         if !m.error_message.is_empty() {
-            self.close(i, Err(format!("inference server: {}", m.error_message)));
+            let message = format!("inference server: {}", m.error_message);
+            self.close(i, Err(SampleFailure::Backend(message)));
             return;
         }
         if !response.outputs.is_empty() || !response.raw_output_contents.is_empty() {
@@ -97,7 +98,7 @@ impl StreamReassembly {
                     *n += 1;
                 }
                 Err(e) => {
-                    self.close(i, Err(e));
+                    self.close(i, Err(SampleFailure::Backend(e)));
                     return;
                 }
             }
@@ -105,7 +106,9 @@ impl StreamReassembly {
         if is_final(&response) {
             let (buf, n) = std::mem::take(&mut self.partial[i]);
             let output = if n == 0 {
-                Err("the inference server's final response has no output".to_string())
+                Err(SampleFailure::Backend(
+                    "the inference server's final response has no output".to_string(),
+                ))
             } else {
                 Ok(Answer {
                     payload: buf.freeze(),
@@ -131,9 +134,9 @@ impl StreamReassembly {
             .into_iter()
             .map(|o| {
                 o.unwrap_or_else(|| {
-                    Err(format!(
+                    Err(SampleFailure::Backend(format!(
                         "the inference server's stream ended without an answer (or not within {timeout:?})"
-                    ))
+                    )))
                 })
             })
             .collect()
@@ -146,7 +149,7 @@ impl StreamReassembly {
 
     fn fail_open(&mut self, error: &str) {
         for slot in self.outputs.iter_mut().filter(|s| s.is_none()) {
-            *slot = Some(Err(error.to_string()));
+            *slot = Some(Err(SampleFailure::Backend(error.to_string())));
         }
         self.open = 0;
     }
@@ -320,7 +323,12 @@ mod tests {
         r.response(part("r1", b"b", Some(true)), &mut sink);
         assert!(r.is_complete());
         let out = r.finish(LIMIT);
-        assert_eq!(out[0], Err("inference server: out of memory".to_string()));
+        assert_eq!(
+            out[0],
+            Err(SampleFailure::Backend(
+                "inference server: out of memory".to_string()
+            ))
+        );
         assert_eq!(out[1], answer(b"b", 1));
     }
 
@@ -331,7 +339,9 @@ mod tests {
         r.response(part("r0", b"half", Some(false)), &mut sink);
         r.response(error("", "model unloaded"), &mut sink);
         assert!(r.is_complete());
-        let failed = Err("inference server: model unloaded".to_string());
+        let failed = Err(SampleFailure::Backend(
+            "inference server: model unloaded".to_string(),
+        ));
         assert_eq!(
             r.finish(LIMIT),
             vec![failed.clone(), answer(b"done", 1), failed]
@@ -349,7 +359,9 @@ mod tests {
         assert_eq!(out[0], answer(b"a", 1));
         assert_eq!(
             out[1],
-            Err("inference server Unavailable: connection reset".to_string())
+            Err(SampleFailure::Backend(
+                "inference server Unavailable: connection reset".to_string()
+            ))
         );
     }
 
@@ -360,7 +372,7 @@ mod tests {
         assert!(!r.is_complete());
         let out = r.finish(LIMIT);
         for o in &out {
-            let e = o.as_ref().expect_err("no answer");
+            let e = o.as_ref().expect_err("no answer").to_string();
             assert!(
                 e.contains("ended without an answer") && e.contains("5s"),
                 "{e}"
@@ -380,7 +392,7 @@ mod tests {
         assert!(r.is_complete());
         let (i, output) = &sink.answers[0];
         assert_eq!(*i, 0);
-        let e = output.as_ref().expect_err("no output");
+        let e = output.as_ref().expect_err("no output").to_string();
         assert!(e.contains("final response has no output"), "{e}");
     }
 
@@ -393,7 +405,7 @@ mod tests {
         assert!(r.is_complete());
         assert!(sink.first.is_empty());
         let out = r.finish(LIMIT);
-        let e = out[0].as_ref().expect_err("no such output");
+        let e = out[0].as_ref().expect_err("no such output").to_string();
         assert!(e.contains("\"logits\""), "{e}");
     }
 
@@ -406,7 +418,10 @@ mod tests {
         assert!(r.is_complete());
         assert_eq!(
             r.finish(LIMIT),
-            vec![Err("sample too large".to_string()), answer(b"ok", 1)]
+            vec![
+                Err(SampleFailure::Backend("sample too large".to_string())),
+                answer(b"ok", 1)
+            ]
         );
     }
 }

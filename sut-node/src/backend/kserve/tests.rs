@@ -3,7 +3,6 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -265,17 +264,14 @@ fn forwards_a_batch_concurrently_and_returns_raw_and_typed_outputs() {
     echo.warm_up().expect("warm-up");
     assert_eq!(echo.input.get().map(|i| i.shape.clone()), Some(vec![1, -1]));
     let inputs: Vec<Bytes> = (0..8).map(|i| floats(&[i as f32, 0.5])).collect();
-    let start = Instant::now();
     let out = echo
         .infer(&inputs, BatchInfo::default(), &mut Collect::default())
         .expect("batch");
-    let took = start.elapsed();
     for (o, i) in out.iter().zip(&inputs) {
         assert_eq!(o.as_ref().map(|a| &a.payload), Ok(i));
     }
     // Eight 200 ms requests, all at once.
     assert_eq!(most.load(Ordering::SeqCst), 8);
-    assert!(took < Duration::from_millis(800), "{took:?}");
 
     let double = backend(&url, "double", args());
     double.warm_up().expect("warm-up");
@@ -306,7 +302,7 @@ fn a_server_error_fails_only_its_sample_with_the_server_status() {
         .infer(&inputs, BatchInfo::default(), &mut Collect::default())
         .expect("batch");
     assert!(out[0].is_ok() && out[2].is_ok(), "{out:?}");
-    let err = out[1].as_ref().expect_err("refused");
+    let err = out[1].as_ref().expect_err("refused").to_string();
     assert!(
         err.contains("InvalidArgument") && err.contains("sample rejected"),
         "{err}"
@@ -319,7 +315,7 @@ fn a_server_error_fails_only_its_sample_with_the_server_status() {
             &mut Collect::default(),
         )
         .expect("batch");
-    let err = out[0].as_ref().expect_err("refused");
+    let err = out[0].as_ref().expect_err("refused").to_string();
     assert!(err.contains("4-byte elements"), "{err}");
 }
 
@@ -349,7 +345,7 @@ fn the_stream_mode_gathers_responses_and_reports_the_first_as_first_token() {
         assert_eq!(answer.payload, inputs[i]);
         assert_eq!(answer.n_tokens, 2);
     }
-    let err = out[1].as_ref().expect_err("refused");
+    let err = out[1].as_ref().expect_err("refused").to_string();
     assert!(err.contains("sample rejected"), "{err}");
     sink.0.sort_by_key(|(i, _)| *i);
     assert_eq!(

@@ -26,7 +26,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use candle_core::{DType, Device};
 
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
 pub use device::{DeviceSpec, ParseDeviceError};
 pub use error::LlmError;
 use generate::Loaded;
@@ -217,7 +217,7 @@ impl Backend for Llm {
                 .iter()
                 .enumerate()
                 .map(|(i, input)| {
-                    let mut generate = || {
+                    let mut generate = || -> Result<Answer, String> {
                         let prompt = parse_token_ids(input, in_dtype)?;
                         let ids = model.generate(&prompt, max_new, &mut |first| {
                             sink.first_token(i, encode_token_ids(&[first], out_dtype));
@@ -227,7 +227,7 @@ impl Backend for Llm {
                             payload: encode_token_ids(&ids, out_dtype),
                         })
                     };
-                    let output = generate();
+                    let output = generate().map_err(SampleFailure::Backend);
                     // Samples run one after another: each answer leaves as
                     // soon as it is complete, not with the batch's last.
                     sink.answer_now(i, &output);

@@ -233,7 +233,7 @@ fn check_tiny_model(path: &Path) -> Vec<Result<Vec<u32>, String>> {
         .map(|o| {
             o.as_ref()
                 .map(|a| parse_token_ids(&a.payload, TokenDtype::Int32).unwrap())
-                .map_err(Clone::clone)
+                .map_err(ToString::to_string)
         })
         .collect();
     for (i, out) in outputs.iter().enumerate() {

@@ -12,6 +12,10 @@
 //! one holding least of its share first (`Budget::take_fairly`): a client
 //! whose few small inputs are all it holds does not wait behind one input of
 //! every client that holds its whole share.
+//!
+//! Runs in each stream's reader task (taking shares, waiting for them) and
+//! on the batcher's worker thread (giving them back once samples have run);
+//! it touches only the budgets' semaphores and their waiting lists.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -192,6 +196,81 @@ impl Connections {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             budget: Budget::new(self.per_connection_bytes),
         })
+    }
+}
+
+/// A sample's shares: its connection's and the node's.
+pub(crate) type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// Both budgets' units at once, if both have them now.
+pub(crate) fn try_budget(own: &Budget, node: &Budget, mine: u32, all: u32) -> Option<Permits> {
+    let own = Arc::clone(own.semaphore())
+        .try_acquire_many_owned(mine)
+        .ok()?;
+    let shared = Arc::clone(node.semaphore())
+        .try_acquire_many_owned(all)
+        .ok()?;
+    Some((own, shared))
+}
+
+/// Both budgets' units, waiting for them: the connection's first, so that a
+/// connection over its share does not hold any of the node's meanwhile; then
+/// the node's, those that hold least of their shares first.
+pub(crate) async fn wait_budget(
+    own: &Budget,
+    node: &Budget,
+    mine: u32,
+    all: u32,
+) -> Option<Permits> {
+    let mine = Arc::clone(own.semaphore())
+        .acquire_many_owned(mine)
+        .await
+        .ok()?;
+    let shared = node.take_fairly(own.held(), all).await?;
+    Some((mine, shared))
+}
+
+/// Gives back what `permit` holds beyond `units`. (An input never decodes
+/// to more than its bound, so there is never less.)
+pub(crate) fn shrink(permit: &mut OwnedSemaphorePermit, units: u32) {
+    let excess = permit.num_permits().saturating_sub(units as usize);
+    if excess > 0 {
+        drop(permit.split(excess));
+    }
+}
+
+/// The shares of the budgets that samples held until they ran, merged per
+/// budget until given back: a release takes the semaphore's lock, so it is
+/// paid once per group of batches rather than once per sample.
+#[derive(Default)]
+pub(crate) struct HeldBudgets {
+    node: Option<OwnedSemaphorePermit>,
+    /// One per connection (a group holds samples of a few).
+    connections: Vec<OwnedSemaphorePermit>,
+}
+
+impl HeldBudgets {
+    /// Keeps one sample's shares until `give_back`.
+    pub(crate) fn keep(&mut self, (own, shared): Permits) {
+        match &mut self.node {
+            Some(all) if Arc::ptr_eq(all.semaphore(), shared.semaphore()) => all.merge(shared),
+            // (Dropping the previous share gives it back.)
+            _ => self.node = Some(shared),
+        }
+        match self
+            .connections
+            .iter_mut()
+            .find(|c| Arc::ptr_eq(c.semaphore(), own.semaphore()))
+        {
+            Some(c) => c.merge(own),
+            None => self.connections.push(own),
+        }
+    }
+
+    /// Gives every share back (dropping a permit frees its units).
+    pub(crate) fn give_back(&mut self) {
+        self.node = None;
+        self.connections.clear();
     }
 }
 

@@ -12,6 +12,9 @@
 //!
 //! [`Schedule`] is the plain logic, handed each request and each decode's
 //! real size; [`DecodePool`] the glue that parks the waiting tasks.
+//!
+//! Asked for turns by the streams' reader tasks; a turn is given back on the
+//! blocking thread that ran its decode. It touches only its own schedule.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
