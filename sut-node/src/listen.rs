@@ -254,14 +254,10 @@ impl AcceptRetry {
         self.resume_at = Some(now + ACCEPT_RETRY);
     }
 
-    /// When the loop may try again (`None`: at once).
-    fn next_deadline(&self) -> Option<Instant> {
-        self.resume_at
-    }
-
-    /// Whether the loop may accept at `now`.
-    fn may_accept(&self, now: Instant) -> bool {
-        self.resume_at.is_none_or(|at| now >= at)
+    /// Until when the loop, at `now`, waits before it accepts again;
+    /// `None`: it accepts now.
+    fn wait_until(&self, now: Instant) -> Option<Instant> {
+        self.resume_at.filter(|at| now < *at)
     }
 }
 
@@ -294,9 +290,8 @@ where
         let mut stop = stop;
         let mut retry = AcceptRetry::default();
         loop {
-            if let Some(at) = retry.next_deadline().filter(|_| !retry.may_accept(now())) {
+            if let Some(at) = retry.wait_until(now()) {
                 tokio::time::sleep_until(at.into()).await;
-                continue;
             }
             let accepted = tokio::select! {
                 _ = stopped(&mut stop) => return,
@@ -725,17 +720,16 @@ mod tests {
     fn after_a_failed_accept_the_loop_waits_before_trying_again() {
         let t0 = Instant::now();
         let mut r = AcceptRetry::default();
-        assert!(r.may_accept(t0) && r.next_deadline().is_none());
+        assert_eq!(r.wait_until(t0), None);
         r.on_failed(t0);
         let again = t0 + ACCEPT_RETRY;
-        assert_eq!(r.next_deadline(), Some(again));
-        assert!(!r.may_accept(t0), "at once: no spinning");
-        assert!(!r.may_accept(again - NS), "just before");
-        assert!(r.may_accept(again), "at");
-        assert!(r.may_accept(again + NS), "after");
+        assert_eq!(r.wait_until(t0), Some(again), "at once: no spinning");
+        assert_eq!(r.wait_until(again - NS), Some(again), "just before");
+        assert_eq!(r.wait_until(again), None, "at");
+        assert_eq!(r.wait_until(again + NS), None, "after");
         // Each failure starts the wait again.
         r.on_failed(again);
-        assert!(!r.may_accept(again + ACCEPT_RETRY - NS));
+        assert_eq!(r.wait_until(again), Some(again + ACCEPT_RETRY));
     }
 
     #[tokio::test]
