@@ -9,6 +9,8 @@ use std::future::Future;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::SampleFailure;
+
 pub struct Runtime(Option<tokio::runtime::Runtime>);
 
 impl Runtime {
@@ -38,10 +40,10 @@ impl Runtime {
 
     /// Runs every task concurrently; hands each result to `done`, on the
     /// calling thread, as it comes, with the task's position in `tasks`.
-    pub fn each<T, I>(&self, tasks: I, mut done: impl FnMut(usize, Result<T, String>))
+    pub fn each<T, I>(&self, tasks: I, mut done: impl FnMut(usize, Result<T, SampleFailure>))
     where
         I: IntoIterator,
-        I::Item: Future<Output = Result<T, String>> + Send + 'static,
+        I::Item: Future<Output = Result<T, SampleFailure>> + Send + 'static,
         T: Send + 'static,
     {
         self.block_on(async {
@@ -59,7 +61,8 @@ impl Runtime {
                     }
                     Err(e) => {
                         if let Some(&i) = index.get(&e.id()) {
-                            done(i, Err(format!("forwarding task failed: {e}")));
+                            let failed = format!("forwarding task failed: {e}");
+                            done(i, Err(SampleFailure::Backend(failed)));
                         }
                     }
                 }

@@ -392,9 +392,12 @@ impl Kserve {
         inputs: &[Bytes],
         sink: &mut dyn SampleSink,
     ) -> Vec<Output> {
-        let requests: Vec<Result<ModelInferRequest, String>> = inputs
+        let requests: Vec<Result<ModelInferRequest, SampleFailure>> = inputs
             .iter()
-            .map(|s| self.request(input, s, String::new()))
+            .map(|s| {
+                self.request(input, s, String::new())
+                    .map_err(SampleFailure::Backend)
+            })
             .collect();
         let timeout = self.timeout;
         let client = self.client.clone();
@@ -404,24 +407,22 @@ impl Kserve {
                 let request = request?;
                 match tokio::time::timeout(timeout, client.model_infer(request)).await {
                     Ok(Ok(response)) => Ok(response.into_inner()),
-                    Ok(Err(status)) => Err(server_error(&status)),
-                    Err(_) => Err(format!(
+                    Ok(Err(status)) => Err(SampleFailure::Backend(server_error(&status))),
+                    Err(_) => Err(SampleFailure::Backend(format!(
                         "no answer from the inference server within {timeout:?}"
-                    )),
+                    ))),
                 }
             }
         });
         let no_answer = Err(SampleFailure::Backend("no answer".into()));
         let mut outputs: Vec<Output> = vec![no_answer; inputs.len()];
         self.runtime.each(tasks, |i, response| {
-            let output = response
-                .and_then(|r| {
-                    Ok(Answer {
-                        payload: self.answer_of(&r)?,
-                        n_tokens: 0,
-                    })
+            let output = response.and_then(|r| {
+                Ok(Answer {
+                    payload: self.answer_of(&r).map_err(SampleFailure::Backend)?,
+                    n_tokens: 0,
                 })
-                .map_err(SampleFailure::Backend);
+            });
             // Each answer leaves as its request ends, not with the slowest.
             sink.answer_now(i, &output);
             outputs[i] = output;
