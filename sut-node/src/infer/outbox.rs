@@ -1,9 +1,10 @@
 //! The outbox: the way back to one Infer stream. The batcher's worker thread
-//! (and a reader, for a sample that never reaches the batcher) appends
+//! (and the reader, for a sample that never reaches the batcher) appends
 //! answers, first tokens and errors under the outbox's lock and wakes the
-//! stream's writer; the writer takes everything at once. The counts of
-//! answer bytes waiting here are what the reader reads at its pace by
-//! (`Reply::room`). Plain data and locks: no task of its own, no I/O.
+//! stream's writer; the writer takes everything at once. The reader paces
+//! itself by the answer bytes waiting here (`Reply::room`). A sample's
+//! failure becomes text here, as its `SampleError`'s message. Plain data
+//! and locks: no task of its own, no I/O.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
