@@ -300,11 +300,10 @@ fn work<J: Weighed>(shared: &Shared<J>, mut run: impl FnMut(&mut Vec<J>, Turn)) 
             if state.closed {
                 return;
             }
-            let now = (shared.clock)();
-            let timeout = match rules.wait(state.queued, state.oldest(), now) {
+            let timeout = match rules.wait(state.queued, state.oldest(), shared.clock) {
                 Wait::Run => break,
                 Wait::ForJobs => None,
-                Wait::Until(at) => Some(at.saturating_duration_since(now)),
+                Wait::Until(at) => Some(at.saturating_duration_since((shared.clock)())),
             };
             state.worker_waiting = true;
             back_to_back = false;
@@ -375,18 +374,22 @@ impl Rules {
         }
     }
 
-    /// With `queued` jobs, the oldest queued at `oldest`, at `now`: a full
-    /// batch runs; a partial one once its oldest job has waited `max_wait`
-    /// (at once with no `max_wait`).
-    fn wait(&self, queued: usize, oldest: Option<Instant>, now: Instant) -> Wait {
+    /// With `queued` jobs, the oldest queued at `oldest`, at `now()`: a
+    /// full batch runs; a partial one once its oldest job has waited
+    /// `max_wait` (at once with no `max_wait`). The time is asked only for
+    /// a partial batch with a wait, so a busy worker reads no clock here.
+    fn wait(&self, queued: usize, oldest: Option<Instant>, now: impl FnOnce() -> Instant) -> Wait {
         if queued >= self.max_batch_size {
             return Wait::Run;
         }
         let Some(oldest) = oldest else {
             return Wait::ForJobs;
         };
+        if self.max_wait.is_zero() {
+            return Wait::Run;
+        }
         let cut = oldest + self.max_wait;
-        if now >= cut {
+        if now() >= cut {
             Wait::Run
         } else {
             Wait::Until(cut)
@@ -472,6 +475,11 @@ mod tests {
         assert_eq!(r.group_batches, 8);
     }
 
+    /// For rules that need no time: a busy worker reads no clock.
+    fn no_clock() -> Instant {
+        panic!("the rule asked for the time")
+    }
+
     #[test]
     fn a_partial_batch_is_cut_max_wait_after_its_oldest_job() {
         let max_wait = Duration::from_millis(50);
@@ -479,17 +487,17 @@ mod tests {
         let t0 = Instant::now();
         let cut = t0 + max_wait;
         let ns = Duration::from_nanos(1);
-        assert_eq!(r.wait(0, None, t0), Wait::ForJobs);
-        assert_eq!(r.wait(2, Some(t0), t0), Wait::Until(cut));
+        assert_eq!(r.wait(0, None, no_clock), Wait::ForJobs);
+        assert_eq!(r.wait(2, Some(t0), || t0), Wait::Until(cut));
         assert_eq!(
-            r.wait(2, Some(t0), cut - ns),
+            r.wait(2, Some(t0), || cut - ns),
             Wait::Until(cut),
             "just before"
         );
-        assert_eq!(r.wait(2, Some(t0), cut), Wait::Run, "at the deadline");
-        assert_eq!(r.wait(2, Some(t0), cut + ns), Wait::Run, "after");
+        assert_eq!(r.wait(2, Some(t0), || cut), Wait::Run, "at the deadline");
+        assert_eq!(r.wait(2, Some(t0), || cut + ns), Wait::Run, "after");
         // The oldest job counts, not the latest.
-        assert_eq!(r.wait(3, Some(t0 + ns), cut), Wait::Until(cut + ns));
+        assert_eq!(r.wait(3, Some(t0 + ns), || cut), Wait::Until(cut + ns));
     }
 
     #[test]
@@ -497,19 +505,19 @@ mod tests {
         let r = rules(4, Duration::from_secs(3600));
         let t0 = Instant::now();
         assert_eq!(
-            r.wait(3, Some(t0), t0),
+            r.wait(3, Some(t0), || t0),
             Wait::Until(t0 + Duration::from_secs(3600))
         );
-        assert_eq!(r.wait(4, Some(t0), t0), Wait::Run, "exactly full");
-        assert_eq!(r.wait(5, Some(t0), t0), Wait::Run);
+        assert_eq!(r.wait(4, Some(t0), no_clock), Wait::Run, "exactly full");
+        assert_eq!(r.wait(5, Some(t0), no_clock), Wait::Run);
     }
 
     #[test]
     fn without_max_wait_what_is_queued_runs_at_once() {
         let r = rules(4, Duration::ZERO);
         let t0 = Instant::now();
-        assert_eq!(r.wait(1, Some(t0), t0), Wait::Run);
-        assert_eq!(r.wait(0, None, t0), Wait::ForJobs);
+        assert_eq!(r.wait(1, Some(t0), no_clock), Wait::Run);
+        assert_eq!(r.wait(0, None, no_clock), Wait::ForJobs);
     }
 
     #[tokio::test]
