@@ -93,7 +93,8 @@ async fn send_answers(
             );
             return;
         }
-        if done || clock.due(now()) == Due::Cut {
+        // (No clock read here until the node stops.)
+        if done || (clock.stopping() && clock.due(now()) == Due::Cut) {
             if stopping {
                 let status = Status::unavailable(format!(
                     "sut-node {} is shutting down; unanswered samples on this stream: {pending}",
