@@ -172,7 +172,7 @@ fn trailers(status: Status) -> http::HeaderMap {
     trailers
 }
 
-/// A request body's messages: an Infer stream's `ToNode`s, as `infer.rs`
+/// A request body's messages: an Infer stream's `ToNode`s, as `infer`'s reader
 /// reads them, or a Probe's one request.
 struct Requests<M> {
     body: Body,

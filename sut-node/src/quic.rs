@@ -1,11 +1,11 @@
 //! The `SutNode` service over QUIC (quinn): the same messages as gRPC, framed
 //! as `proto::quic` describes, one bidirectional stream per request. Control
 //! requests go to the gRPC service's own handlers; an Infer stream goes
-//! through the same data path (`infer.rs`) as a gRPC one.
+//! through the same data path (`infer`) as a gRPC one.
 //!
 //! Tasks: one per connection (accepts its streams) and one per stream; an
 //! Infer stream's task reads nothing itself and writes the answers, its
-//! reader is `infer.rs`'s. Nothing is spawned per sample.
+//! reader is `infer`'s. Nothing is spawned per sample.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -422,7 +422,7 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     }
 }
 
-/// An Infer stream's `ToNode` frames, as `infer.rs` reads them.
+/// An Infer stream's `ToNode` frames, as `infer`'s reader reads them.
 struct QuicSamples {
     recv: RecvStream,
     decoder: FrameDecoder,
