@@ -198,6 +198,19 @@ pub fn pins(nodes: &[SutNode]) -> String {
         .join(",")
 }
 
+/// The mlcommons/inference checkout that `MLPERF_INFERENCE_DIR` names, for
+/// the official checker and compliance scripts; `None` (said on stderr, with
+/// what is skipped) where it is unset or empty.
+pub fn inference_checkout(skipping: &str) -> Option<PathBuf> {
+    match std::env::var_os("MLPERF_INFERENCE_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => Some(PathBuf::from(d)),
+        None => {
+            eprintln!("MLPERF_INFERENCE_DIR is not set: skipping {skipping}");
+            None
+        }
+    }
+}
+
 /// A fresh scratch directory for one test: the one helper of every test of
 /// the workspace that needs one (a name unique within its test binary).
 pub fn scratch(name: &str) -> PathBuf {

@@ -40,13 +40,7 @@ fn audit(test: &str, node: &SutNode, out: &Path, extra: &[&str]) -> Output {
 
 /// The checkout of mlcommons/inference, when the official scripts are to run.
 fn official() -> Option<PathBuf> {
-    match std::env::var_os("MLPERF_INFERENCE_DIR") {
-        Some(d) => Some(PathBuf::from(d)),
-        None => {
-            eprintln!("MLPERF_INFERENCE_DIR is not set: skipping the official scripts' verdicts");
-            None
-        }
-    }
+    tests::inference_checkout("the official scripts' verdicts")
 }
 
 /// Runs an official script (from the compliance folder) in `cwd`; its output.
