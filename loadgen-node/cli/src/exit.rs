@@ -28,6 +28,17 @@ pub enum Exit {
 }
 
 impl Exit {
+    /// Every status, in the order of their numbers.
+    pub const ALL: [Exit; 7] = [
+        Exit::Done,
+        Exit::Error,
+        Exit::RunFailed,
+        Exit::SyntheticMismatch,
+        Exit::AuditFailed,
+        Exit::BelowBandwidth,
+        Exit::SubmissionIncomplete,
+    ];
+
     /// The process status.
     pub fn code(self) -> u8 {
         match self {
@@ -44,18 +55,9 @@ impl Exit {
     /// How a child `loadgen-node` ended; a signal or an unknown status is
     /// an error.
     pub fn of_child(status: ExitStatus) -> Exit {
-        let all = [
-            Exit::Done,
-            Exit::Error,
-            Exit::RunFailed,
-            Exit::SyntheticMismatch,
-            Exit::AuditFailed,
-            Exit::BelowBandwidth,
-            Exit::SubmissionIncomplete,
-        ];
         status
             .code()
-            .and_then(|c| all.into_iter().find(|e| i32::from(e.code()) == c))
+            .and_then(|c| Exit::ALL.into_iter().find(|e| i32::from(e.code()) == c))
             .unwrap_or(Exit::Error)
     }
 
@@ -86,16 +88,7 @@ mod tests {
 
     #[test]
     fn the_statuses_keep_their_documented_numbers() {
-        let all = [
-            Exit::Done,
-            Exit::Error,
-            Exit::RunFailed,
-            Exit::SyntheticMismatch,
-            Exit::AuditFailed,
-            Exit::BelowBandwidth,
-            Exit::SubmissionIncomplete,
-        ];
-        assert_eq!(all.map(Exit::code), [0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(Exit::ALL.map(Exit::code), [0, 1, 2, 3, 4, 5, 6]);
     }
 
     #[test]
