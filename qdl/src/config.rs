@@ -197,7 +197,7 @@ pub struct QdlConfig {
     /// mutual TLS. QUIC and `grpcs://` nodes need it; with it, `grpc://`
     /// nodes use TLS too.
     pub tls: Option<ClientTls>,
-    /// Threads of the QDL's network runtime (at least 1); see
+    /// Threads of the QDL's network runtime (1 to [`MAX_IO_THREADS`]); see
     /// [`default_io_threads`].
     pub io_threads: usize,
     /// Samples one connection may have sent and not yet had answered; the
@@ -209,6 +209,11 @@ pub struct QdlConfig {
     /// say so: a node with an output codec is then refused at connection.
     pub answer_compression_refused: Option<String>,
 }
+
+/// The most network threads a QDL starts: far more than any host's cores,
+/// and few enough that a mistyped count is refused rather than starting
+/// threads until the process runs out of them.
+pub const MAX_IO_THREADS: usize = 1024;
 
 /// Two network threads, but never more than leaves a core to the LoadGen's
 /// issuing thread: on a 2-core LoadGen host a second thread only competes
@@ -263,6 +268,12 @@ impl QdlConfig {
         }
         if self.connections_per_node == 0 {
             return bad("connections_per_node must be at least 1".into());
+        }
+        if !(1..=MAX_IO_THREADS).contains(&self.io_threads) {
+            return bad(format!(
+                "io_threads must be 1 to {MAX_IO_THREADS}, not {}",
+                self.io_threads
+            ));
         }
         if self.stall_timeout.is_zero()
             || self.connect_timeout.is_zero()
@@ -388,6 +399,19 @@ mod tests {
             ..ok.clone()
         };
         assert!(zero.validate().is_err());
+        for threads in [0, MAX_IO_THREADS + 1] {
+            let e = QdlConfig {
+                io_threads: threads,
+                ..ok.clone()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("io_threads must be 1 to 1024, not {threads}")),
+                "{e}"
+            );
+        }
         // QUIC and grpcs:// need a way to check the node's certificate.
         let quic = QdlConfig::new(vec![n("a:1"), n("quic://b:1")], "m", "Offline");
         let e = quic.validate().unwrap_err().to_string();

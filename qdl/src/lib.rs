@@ -79,7 +79,7 @@ mod watchdog;
 
 pub use config::{
     default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES,
-    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_IN_FLIGHT, MAX_IO_THREADS,
 };
 pub use conn::Counters;
 pub use discover::{find_nodes, NodeList};

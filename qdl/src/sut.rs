@@ -120,7 +120,7 @@ impl Qdl {
         config.validate()?;
         let io = IoRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(config.io_threads.max(1))
+                .worker_threads(config.io_threads)
                 .thread_name("qdl-io")
                 .enable_all()
                 .build()

@@ -260,11 +260,11 @@ pub struct RunArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub connections_per_node: usize,
 
-    /// Threads of the QDL's network runtime [default: 2, or 1 on a host of
-    /// 2 cores or fewer, which leaves a core to the LoadGen's issuing
-    /// thread].
+    /// Threads of the QDL's network runtime, 1 to 1024 [default: 2, or 1 on
+    /// a host of 2 cores or fewer, which leaves a core to the LoadGen's
+    /// issuing thread].
     #[arg(long, value_name = "N",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=qdl::MAX_IO_THREADS as u64))]
     pub qdl_threads: Option<usize>,
 
     /// Samples one connection may have sent and not yet had answered; the
