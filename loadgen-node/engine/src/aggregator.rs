@@ -11,7 +11,6 @@ use crate::sample::QuerySampleIndex;
 use crate::stats::LatencyHistogram;
 use crate::trace_log::{SampleSpan, TraceLog};
 
-/// One completed sample, as the aggregator receives it.
 /// Bytes of accuracy-logged answers queued for the aggregator at most. Past
 /// it a completing thread waits for the log to catch up (an answer larger
 /// than this waits for an empty queue), so that answers of hundreds of MB
@@ -83,6 +82,7 @@ impl Drop for LoggedAnswer {
     }
 }
 
+/// One completed sample, as the aggregator receives it.
 #[derive(Debug)]
 pub(crate) struct Completed {
     pub seq: u64,
