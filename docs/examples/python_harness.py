@@ -48,7 +48,7 @@ def parse_args():
                    help="size of each synthetic sample (without --dataset)")
     p.add_argument("--total-sample-count", type=int, default=1024)
     p.add_argument("--performance-sample-count", type=int, default=1024)
-    p.add_argument("--connections-per-node", type=int, default=2)
+    p.add_argument("--connections-per-node", type=int, default=None)
     p.add_argument("--dispatch", default="least-outstanding")
     p.add_argument("--input-codec", default="none")
     p.add_argument("--tls-pin", action="append", default=[],

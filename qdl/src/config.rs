@@ -172,8 +172,9 @@ pub struct QdlConfig {
     pub resolved: Vec<String>,
     /// Which connection each sample goes to.
     pub policy: DispatchPolicy,
-    /// Independent connections (each with its own Infer stream) per node.
-    pub connections_per_node: usize,
+    /// Independent connections (each with its own Infer stream) per node;
+    /// `None`: sized to the host ([`Sizing`]).
+    pub connections_per_node: Option<usize>,
     /// Benchmark model, checked by each node at session start.
     pub model: String,
     /// The LoadGen scenario (`Offline`, `Server`...), checked likewise.
@@ -197,9 +198,9 @@ pub struct QdlConfig {
     /// mutual TLS. QUIC and `grpcs://` nodes need it; with it, `grpc://`
     /// nodes use TLS too.
     pub tls: Option<ClientTls>,
-    /// Threads of the QDL's network runtime (1 to [`MAX_IO_THREADS`]); see
-    /// [`default_io_threads`].
-    pub io_threads: usize,
+    /// Threads of the QDL's network runtime (1 to [`MAX_IO_THREADS`]);
+    /// `None`: sized to the host ([`Sizing`]).
+    pub io_threads: Option<usize>,
     /// Samples one connection may have sent and not yet had answered; the
     /// rest wait in its queue. Bounds the work under way when inputs are
     /// small, where the node's flow-control windows (sized in bytes) would
@@ -215,13 +216,66 @@ pub struct QdlConfig {
 /// threads until the process runs out of them.
 pub const MAX_IO_THREADS: usize = 1024;
 
-/// Two network threads, but never more than leaves a core to the LoadGen's
-/// issuing thread: on a 2-core LoadGen host a second thread only competes
-/// with it (measured: p99 added latency at 50 k QPS 0.8 ms with one thread,
-/// 1.0 ms with two; see docs/performance.md).
-pub fn default_io_threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.saturating_sub(1).clamp(1, 2)
+/// Most connections per node the sizing opens: one node seldom needs more
+/// streams than this to fill its link, and each costs the node a session.
+pub const MAX_SIZED_CONNECTIONS_PER_NODE: usize = 16;
+
+/// The QDL's network threads and connections per node, and whether they
+/// were sized to the host or given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    /// Threads of the QDL's network runtime.
+    pub io_threads: usize,
+    /// Connections (each with its own Infer stream) per node.
+    pub connections_per_node: usize,
+    /// The cores and nodes the threads were sized to; `None`: given.
+    pub threads_sized_to: Option<(usize, usize)>,
+    /// The cores and nodes the connections were sized to; `None`: given.
+    pub connections_sized_to: Option<(usize, usize)>,
+}
+
+impl Sizing {
+    /// Sizes what is not `given` to a host of `cores` cores driving `nodes`
+    /// nodes. One core is left to the LoadGen's issuing thread, and the
+    /// network gets the rest, with at least as many connections as threads
+    /// (a connection's work runs on one thread at a time), 2 to
+    /// [`MAX_SIZED_CONNECTIONS_PER_NODE`] per node, and no more threads
+    /// than connections. On 2 cores that is one thread and two connections
+    /// per node: a second thread only competes with the issuing thread
+    /// there (measured: p99 added latency at 50 k QPS 0.8 ms with one
+    /// thread, 1.0 ms with two; see docs/performance.md).
+    pub fn for_host(
+        cores: usize,
+        nodes: usize,
+        given_threads: Option<usize>,
+        given_connections: Option<usize>,
+    ) -> Self {
+        let nodes = nodes.max(1);
+        let spare = cores.saturating_sub(1).max(1);
+        let connections = given_connections.unwrap_or_else(|| {
+            given_threads
+                .unwrap_or(spare)
+                .div_ceil(nodes)
+                .clamp(2, MAX_SIZED_CONNECTIONS_PER_NODE)
+        });
+        let threads = given_threads.unwrap_or_else(|| spare.min(nodes * connections));
+        Self {
+            io_threads: threads,
+            connections_per_node: connections,
+            threads_sized_to: given_threads.is_none().then_some((cores, nodes)),
+            connections_sized_to: given_connections.is_none().then_some((cores, nodes)),
+        }
+    }
+
+    /// [`Sizing::for_host`] for this host's cores.
+    pub fn here(
+        nodes: usize,
+        given_threads: Option<usize>,
+        given_connections: Option<usize>,
+    ) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::for_host(cores, nodes, given_threads, given_connections)
+    }
 }
 
 impl Default for QdlConfig {
@@ -230,7 +284,7 @@ impl Default for QdlConfig {
             nodes: Vec::new(),
             resolved: Vec::new(),
             policy: DispatchPolicy::default(),
-            connections_per_node: 2,
+            connections_per_node: None,
             model: String::new(),
             scenario: String::new(),
             input_codec: Codec::None,
@@ -239,7 +293,7 @@ impl Default for QdlConfig {
             connect_timeout: Duration::from_secs(10),
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             tls: None,
-            io_threads: default_io_threads(),
+            io_threads: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             answer_compression_refused: None,
         }
@@ -261,18 +315,25 @@ impl QdlConfig {
         }
     }
 
+    /// The threads and connections per node this configuration runs with.
+    pub fn sizing(&self) -> Sizing {
+        Sizing::here(self.nodes.len(), self.io_threads, self.connections_per_node)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), QdlError> {
         let bad = |s: String| Err(QdlError::Config(s));
         if self.nodes.is_empty() {
             return bad("no sut-node given".into());
         }
-        if self.connections_per_node == 0 {
+        if self.connections_per_node == Some(0) {
             return bad("connections_per_node must be at least 1".into());
         }
-        if !(1..=MAX_IO_THREADS).contains(&self.io_threads) {
+        if let Some(threads) = self
+            .io_threads
+            .filter(|t| !(1..=MAX_IO_THREADS).contains(t))
+        {
             return bad(format!(
-                "io_threads must be 1 to {MAX_IO_THREADS}, not {}",
-                self.io_threads
+                "io_threads must be 1 to {MAX_IO_THREADS}, not {threads}"
             ));
         }
         if self.stall_timeout.is_zero()
@@ -371,11 +432,51 @@ mod tests {
     }
 
     #[test]
+    fn sizing_leaves_a_core_to_the_loadgen_and_spreads_the_rest() {
+        let sized = |cores, nodes| {
+            let s = Sizing::for_host(cores, nodes, None, None);
+            (s.io_threads, s.connections_per_node)
+        };
+        // Today's measured choice on small hosts.
+        assert_eq!(sized(1, 1), (1, 2));
+        assert_eq!(sized(2, 1), (1, 2));
+        assert_eq!(sized(2, 8), (1, 2));
+        assert_eq!(sized(3, 1), (2, 2));
+        // A connection per network thread, spread over the nodes.
+        assert_eq!(sized(16, 1), (15, 15));
+        assert_eq!(sized(16, 4), (15, 4));
+        assert_eq!(sized(16, 64), (15, 2));
+        // One node gets at most 16 connections, and threads follow them.
+        assert_eq!(sized(64, 1), (16, 16));
+        assert_eq!(sized(64, 8), (63, 8));
+        let s = Sizing::for_host(16, 4, None, None);
+        assert_eq!(s.threads_sized_to, Some((16, 4)));
+        assert_eq!(s.connections_sized_to, Some((16, 4)));
+    }
+
+    #[test]
+    fn sizing_keeps_what_is_given() {
+        // Given threads get enough connections to keep them busy.
+        let s = Sizing::for_host(2, 1, Some(8), None);
+        assert_eq!((s.io_threads, s.connections_per_node), (8, 8));
+        assert_eq!(
+            (s.threads_sized_to, s.connections_sized_to),
+            (None, Some((2, 1)))
+        );
+        // Given connections bound the threads.
+        let s = Sizing::for_host(16, 2, None, Some(1));
+        assert_eq!((s.io_threads, s.connections_per_node), (2, 1));
+        let s = Sizing::for_host(16, 2, Some(3), Some(5));
+        assert_eq!((s.io_threads, s.connections_per_node), (3, 5));
+        assert_eq!((s.threads_sized_to, s.connections_sized_to), (None, None));
+    }
+
+    #[test]
     fn validation_catches_unusable_configs() {
         let n = |s: &str| s.parse::<NodeAddr>().unwrap();
         let ok = QdlConfig::new(vec![n("a:1"), n("b:1")], "m", "Offline");
         assert!(ok.validate().is_ok());
-        assert_eq!(ok.connections_per_node, 2);
+        assert_eq!(ok.connections_per_node, None);
         assert_eq!(ok.policy, DispatchPolicy::LeastOutstanding);
         let twice = QdlConfig::new(vec![n("a:1"), n("grpc://a:1")], "m", "Offline");
         assert!(twice
@@ -395,13 +496,13 @@ mod tests {
             .to_string()
             .contains("2 nodes"));
         let zero = QdlConfig {
-            connections_per_node: 0,
+            connections_per_node: Some(0),
             ..ok.clone()
         };
         assert!(zero.validate().is_err());
         for threads in [0, MAX_IO_THREADS + 1] {
             let e = QdlConfig {
-                io_threads: threads,
+                io_threads: Some(threads),
                 ..ok.clone()
             }
             .validate()

@@ -78,8 +78,8 @@ mod transport;
 mod watchdog;
 
 pub use config::{
-    default_io_threads, NodeAddr, QdlConfig, Transport, DEFAULT_MAX_ANSWER_BYTES,
-    DEFAULT_MAX_IN_FLIGHT, MAX_IO_THREADS,
+    NodeAddr, QdlConfig, Sizing, Transport, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_IN_FLIGHT,
+    MAX_IO_THREADS, MAX_SIZED_CONNECTIONS_PER_NODE,
 };
 pub use conn::Counters;
 pub use discover::{find_nodes, NodeList};

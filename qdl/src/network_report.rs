@@ -7,7 +7,8 @@
 //! | `network_transport` | how the nodes are reached (`grpc`); `NAME: T, ...` when they differ |
 //! | `network_nodes` | `N (NAME at ADDR, ...)` |
 //! | `network_nodes_resolved` | only when the node list had `dns://` entries: each, and the addresses it resolved to (`dns://NAME:PORT -> ADDR ADDR ...; ...`) |
-//! | `network_connections` | `C (K per node)` |
+//! | `network_connections` | `C (K per node, sized to N cores and M nodes)`, or `given` for `--connections-per-node` |
+//! | `network_qdl_threads` | the QDL's network threads, `T (sized to N cores and M nodes)` or `T (given)` |
 //! | `network_input_codec` | the codec of the samples sent (`none`, `zstd`, `lz4`) |
 //! | `network_output_codec` | the nodes' answer codec; `NAME: C, ...` when they differ |
 //! | `network_bytes_sent` | sample payload bytes sent, as sent (compressed, if they are) |
@@ -25,14 +26,15 @@ use std::time::Duration;
 use compression::CodecKind;
 use proto::Codec;
 
-use crate::config::NodeAddr;
+use crate::config::{NodeAddr, Sizing};
 use crate::conn::Counters;
 
 /// What the report is made from, read from the QDL when the LoadGen asks.
 pub(crate) struct Run<'a> {
     pub(crate) nodes: Vec<RunNode<'a>>,
     pub(crate) connections: usize,
-    pub(crate) per_node: usize,
+    /// Connections per node and network threads, and how they were chosen.
+    pub(crate) sizing: Sizing,
     /// What the node list's `dns://` entries resolved to.
     pub(crate) resolved: &'a [String],
     pub(crate) input_codec: Codec,
@@ -79,7 +81,20 @@ pub(crate) fn facts(run: &Run<'_>) -> Vec<(String, String)> {
     facts.extend([
         fact(
             "network_connections",
-            format!("{} ({} per node)", run.connections, run.per_node),
+            format!(
+                "{} ({} per node, {})",
+                run.connections,
+                run.sizing.connections_per_node,
+                chosen(run.sizing.connections_sized_to)
+            ),
+        ),
+        fact(
+            "network_qdl_threads",
+            format!(
+                "{} ({})",
+                run.sizing.io_threads,
+                chosen(run.sizing.threads_sized_to)
+            ),
         ),
         fact(
             "network_input_codec",
@@ -103,6 +118,19 @@ pub(crate) fn facts(run: &Run<'_>) -> Vec<(String, String)> {
         ),
     ]);
     facts
+}
+
+/// How a count was chosen: sized to the host's cores and the nodes, or
+/// given.
+fn chosen(sized_to: Option<(usize, usize)>) -> String {
+    match sized_to {
+        Some((cores, nodes)) => format!(
+            "sized to {cores} core{} and {nodes} node{}",
+            if cores == 1 { "" } else { "s" },
+            if nodes == 1 { "" } else { "s" }
+        ),
+        None => "given".to_string(),
+    }
 }
 
 fn fact(key: &str, value: String) -> (String, String) {

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::breakdown::Breakdown;
-use crate::config::{NodeAddr, QdlConfig};
+use crate::config::{NodeAddr, QdlConfig, Sizing};
 use crate::conn::{self, Conn, Receiver, RunState};
 use crate::error::QdlError;
 use crate::network_report;
@@ -53,6 +53,8 @@ pub struct Qdl {
     /// Connection `c` belongs to node `c / per_node`.
     conns: Vec<Arc<Conn>>,
     per_node: usize,
+    /// The threads and connections per node, and how they were chosen.
+    sizing: Sizing,
     /// What the node list's `dns://` entries resolved to.
     resolved: Vec<String>,
     queues: Vec<mpsc::UnboundedSender<Queued>>,
@@ -118,16 +120,17 @@ impl Qdl {
     /// another protocol version or cannot exchange the configured codecs.
     pub fn connect(config: QdlConfig, data: Arc<dyn SampleData>) -> Result<Qdl, QdlError> {
         config.validate()?;
+        let sizing = config.sizing();
         let io = IoRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(config.io_threads)
+                .worker_threads(sizing.io_threads)
                 .thread_name("qdl-io")
                 .enable_all()
                 .build()
                 .map_err(QdlError::Runtime)?,
         ));
         let runtime = io.get();
-        let per_node = config.connections_per_node;
+        let per_node = sizing.connections_per_node;
         let request = SessionRequest {
             protocol_version: PROTOCOL_VERSION,
             model: config.model.clone(),
@@ -206,6 +209,7 @@ impl Qdl {
             nodes,
             conns,
             per_node,
+            sizing,
             resolved: config.resolved.clone(),
             queues,
             dispatcher: policy::Dispatcher::new(&config.policy, config.nodes.len(), per_node),
@@ -402,7 +406,7 @@ impl SystemUnderTest for Qdl {
                 })
                 .collect(),
             connections: self.conns.len(),
-            per_node: self.per_node,
+            sizing: self.sizing,
             resolved: &self.resolved,
             input_codec: self.input_codec,
             total: self.stats().total(),

@@ -86,7 +86,25 @@ fn compressed_samples_and_answers_cross_intact() {
         f["network_nodes"],
         format!("2 (a at {}, b at {})", a.addr, b.addr)
     );
-    assert_eq!(f["network_connections"], "4 (2 per node)");
+    // Neither count given: both sized to this host and the two nodes.
+    let sized = qdl::Sizing::here(2, None, None);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let to = format!(
+        "sized to {cores} core{} and 2 nodes",
+        if cores == 1 { "" } else { "s" }
+    );
+    assert_eq!(
+        f["network_connections"],
+        format!(
+            "{} ({} per node, {to})",
+            2 * sized.connections_per_node,
+            sized.connections_per_node
+        )
+    );
+    assert_eq!(
+        f["network_qdl_threads"],
+        format!("{} ({to})", sized.io_threads)
+    );
     assert_eq!(f["network_bytes_sent"], t.bytes_sent.to_string());
     assert_eq!(f["network_bytes_received"], t.bytes_received.to_string());
     assert_eq!(

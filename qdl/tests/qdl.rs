@@ -277,7 +277,7 @@ fn a_node_closing_its_stream_ends_the_run_promptly_naming_it() {
         QdlConfig {
             // Long enough that the reason can only be the stream's end.
             stall_timeout: Duration::from_secs(60),
-            connections_per_node: 1,
+            connections_per_node: Some(1),
             policy: DispatchPolicy::RoundRobin,
             ..config(&[&good, &bad])
         },

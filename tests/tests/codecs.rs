@@ -78,6 +78,10 @@ fn zstd_inputs_and_lz4_answers_pass_the_accuracy_check() {
         "60",
         "--input-codec",
         "zstd",
+        "--connections-per-node",
+        "2",
+        "--qdl-threads",
+        "1",
         "--verify-synthetic",
         "--no-trace",
         "--output-dir",
@@ -98,7 +102,8 @@ fn zstd_inputs_and_lz4_answers_pass_the_accuracy_check() {
         block["network_nodes"].starts_with("2 (squeeze-1 at "),
         "{block:?}"
     );
-    assert_eq!(block["network_connections"], "4 (2 per node)");
+    assert_eq!(block["network_connections"], "4 (2 per node, given)");
+    assert_eq!(block["network_qdl_threads"], "1 (given)");
     // Image-like inputs shrink; random synthetic answers grow a little.
     let input = ratio(&block, "network_input_compression_ratio");
     assert!(input > 1.5, "{block:?}");

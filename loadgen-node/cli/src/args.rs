@@ -255,14 +255,15 @@ pub struct RunArgs {
     pub dispatch: DispatchPolicy,
 
     /// Connections (gRPC or QUIC, each with one data stream) opened to every
-    /// sut-node (1 to 1024).
-    #[arg(long, default_value_t = 2,
+    /// sut-node, 1 to 1024 [default: sized to the host: at least one per
+    /// network thread, spread over the nodes, 2 to 16 per node].
+    #[arg(long, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
-    pub connections_per_node: usize,
+    pub connections_per_node: Option<usize>,
 
-    /// Threads of the QDL's network runtime, 1 to 1024 [default: 2, or 1 on
-    /// a host of 2 cores or fewer, which leaves a core to the LoadGen's
-    /// issuing thread].
+    /// Threads of the QDL's network runtime, 1 to 1024 [default: sized to
+    /// the host: one per core but one, left to the LoadGen's issuing thread,
+    /// and no more than the connections; 1 on a host of 2 cores].
     #[arg(long, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=qdl::MAX_IO_THREADS as u64))]
     pub qdl_threads: Option<usize>,

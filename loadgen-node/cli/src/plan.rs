@@ -356,7 +356,7 @@ fn network_plan(args: &RunArgs, model: &str, found: qdl::NodeList) -> Result<Net
         max_answer_bytes: args
             .max_answer_bytes
             .unwrap_or_else(|| default_max_answer_bytes(model)),
-        io_threads: args.qdl_threads.unwrap_or_else(qdl::default_io_threads),
+        io_threads: args.qdl_threads,
         max_in_flight: args.max_in_flight,
         ..QdlConfig::default()
     };

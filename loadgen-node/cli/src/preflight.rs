@@ -87,9 +87,11 @@ pub struct PreflightArgs {
     #[arg(long, value_name = "CODEC", default_value = "none")]
     pub input_codec: compression::CodecSpec,
 
-    /// Connections to every node, as the run's --connections-per-node.
-    #[arg(long, default_value_t = 2)]
-    pub connections_per_node: usize,
+    /// Connections to every node, as the run's --connections-per-node
+    /// [default: sized to this host and the nodes, as the run's].
+    #[arg(long, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub connections_per_node: Option<usize>,
 
     /// Round trips of small messages measured per node.
     #[arg(long, default_value_t = 200)]
@@ -211,6 +213,8 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     let found = qdl::find_nodes(&list, args.sut_file.as_deref(), Duration::ZERO, |_| {})
         .context("the sut-nodes (--sut, --sut-file)")?;
     let addrs = found.nodes;
+    let per_node =
+        qdl::Sizing::here(addrs.len(), None, args.connections_per_node).connections_per_node;
     // One sample, encoded as the run would send it.
     let raw = synthetic_sample(0, sample_bytes);
     let payload = Bytes::from(args.input_codec.codec().compress(&raw));
@@ -219,7 +223,7 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     let mut reports = Vec::new();
     for addr in &addrs {
         eprintln!("loadgen-node: measuring {addr}");
-        let probe = NodeProbe::connect(addr, tls.as_ref(), args.connections_per_node, timeout)
+        let probe = NodeProbe::connect(addr, tls.as_ref(), per_node, timeout)
             .with_context(|| format!("preflight of {addr}"))?;
         // A node started with --no-describe is measured all the same; what
         // it would have said is left to fill in.
@@ -265,7 +269,7 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
         "sample_bytes": sample_bytes,
         "input_codec": args.input_codec.to_string(),
         "payload_bytes_on_wire": payload.len(),
-        "connections_per_node": args.connections_per_node,
+        "connections_per_node": per_node,
         "loadgen": {
             "os": facts::host::os_name(),
             "kernel": facts::host::kernel(),
@@ -277,7 +281,7 @@ pub fn preflight(args: &PreflightArgs) -> Result<Exit> {
     write_json(&args.output, &report)?;
     println!("network description: {}", args.output.display());
     if let Some(path) = &args.system_json {
-        merge_system_json(path, &system_fields(args, &reports))?;
+        merge_system_json(path, &system_fields(args, per_node, &reports))?;
         println!("system description network fields: {}", path.display());
     }
     Ok(match bandwidth {
@@ -503,7 +507,11 @@ fn network_type(nics: &[&Nic]) -> String {
 
 /// The Network-division fields of the system description, from what was
 /// measured and described.
-fn system_fields(args: &PreflightArgs, reports: &[NodeReport]) -> Map<String, Value> {
+fn system_fields(
+    args: &PreflightArgs,
+    per_node: usize,
+    reports: &[NodeReport],
+) -> Map<String, Value> {
     let local: Vec<&Nic> = distinct(reports.iter().filter_map(|r| r.local_nic.as_ref()));
     let remote: Vec<(String, &Nic)> = distinct(
         reports
@@ -596,7 +604,7 @@ fn system_fields(args: &PreflightArgs, reports: &[NodeReport]) -> Map<String, Va
     set("network_protocol", json!(protocol));
     set(
         "number_connections",
-        json!((reports.len() * args.connections_per_node.max(1)).to_string()),
+        json!((reports.len() * per_node).to_string()),
     );
     set(
         "nic_sut",

@@ -214,11 +214,12 @@ impl PyQdl {
 #[pymethods]
 impl PyQdl {
     /// Connects `connections_per_node` connections to every node and starts
-    /// a session for `model` and `scenario` on each.
+    /// a session for `model` and `scenario` on each. Connections and
+    /// `io_threads` left at `None` are sized to the host and the nodes.
     #[new]
     #[pyo3(signature = (
         nodes, *, model, scenario,
-        connections_per_node = 2,
+        connections_per_node = None,
         dispatch = "least-outstanding",
         input_codec = "none",
         open_division = false,
@@ -241,7 +242,7 @@ impl PyQdl {
         nodes: &Bound<'_, PyAny>,
         model: String,
         scenario: String,
-        connections_per_node: usize,
+        connections_per_node: Option<usize>,
         dispatch: &str,
         input_codec: &str,
         open_division: bool,
@@ -300,7 +301,7 @@ impl PyQdl {
                 tls_client_cert,
                 tls_client_key,
             )?,
-            io_threads: io_threads.unwrap_or_else(qdl::default_io_threads),
+            io_threads,
             max_in_flight: max_in_flight.max(1),
             answer_compression_refused: compression.err(),
         };
