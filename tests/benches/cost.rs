@@ -22,9 +22,17 @@
 //!   figure is also given less it, to compare with the floor's receiver,
 //!   which only reads the bytes.
 //!
+//! - Every way runs once per round, rounds interleaved (each starting one
+//!   way further on); figures are medians over the rounds, ratios medians of
+//!   the ratios to raw TCP within a round.
+//!
 //! Per row: µs of CPU per sample and CPU-seconds per GB of payload at each
-//! end, each as a ratio to raw TCP's in the same case, and for the LoadGen
-//! end the cores needed per 10 Gbit/s of input (CPU-s/GB x 1.25 GB/s).
+//! end, each as a ratio to raw TCP's, for the LoadGen end the cores needed
+//! per 10 Gbit/s of input (CPU-s/GB x 1.25 GB/s), and both ends together
+//! (the node's less the hash). Over loopback the kernel's TCP receive work
+//! lands on either end, depending on which thread is running when the
+//! packets arrive, so the two ends' split moves between runs more than
+//! their sum does.
 //!
 //! `cargo bench -p tests --bench cost` (builds the release binaries first).
 //! BENCH_QUICK=1 shortens every run; BENCH_CASES=name,name picks cases
@@ -113,6 +121,8 @@ struct Bench {
     loadgen: PathBuf,
     /// Aimed length of each long run.
     secs: f64,
+    /// Rounds of every way, interleaved.
+    rounds: usize,
 }
 
 impl Bench {
@@ -267,6 +277,79 @@ fn hash_secs(bytes: usize) -> f64 {
     (thread_cpu_secs() - start) / calls as f64
 }
 
+/// One case's table: medians over the rounds; each ratio is the median of
+/// the ratios to raw TCP in the same round.
+fn print_case(case: &Case, hash: f64, ways: &[Way], costs: &[Vec<Cost>]) {
+    let gb = case.bytes as f64 / 1e9;
+    println!();
+    println!(
+        "{} ({} B; the hash: {:.2} us/sample, {:.3} CPU-s/GB)",
+        case.label,
+        case.bytes,
+        hash * 1e6,
+        hash / gb
+    );
+    println!(
+        "  {:<9} {:>11} {:>7} | {:<37} | {:<27} | {:<27} | {:<17}",
+        "", "", "", "LoadGen end", "node end", "node end less the hash", "both, less hash"
+    );
+    println!(
+        "  {:<9} {:>11} {:>7} | {:>9} {:>8} {:>8} {:>9} | {:>9} {:>8} {:>8} | {:>9} {:>8} {:>8} | {:>8} {:>8}",
+        "way",
+        "samples/s",
+        "Gbit/s",
+        "us/sample",
+        "CPU-s/GB",
+        "x raw",
+        "cores/10G",
+        "us/sample",
+        "CPU-s/GB",
+        "x raw",
+        "us/sample",
+        "CPU-s/GB",
+        "x raw",
+        "CPU-s/GB",
+        "x raw"
+    );
+    let raw = &costs[0];
+    // The floor's receiver has no hash to take off.
+    let less = |w: usize, c: &Cost| c.receiver_s - if w == 0 { 0.0 } else { hash };
+    for (w, rounds) in costs.iter().enumerate() {
+        let med = |f: &dyn Fn(&Cost) -> f64| tests::median(rounds.iter().map(f));
+        // f of this way over f of raw TCP, round by round.
+        let ratio = |f: &dyn Fn(usize, &Cost) -> f64| {
+            if w == 0 {
+                String::new()
+            } else {
+                let r = tests::median(rounds.iter().zip(raw).map(|(c, r)| f(w, c) / f(0, r)));
+                format!("{r:.2}x")
+            }
+        };
+        let sender = med(&|c| c.sender_s);
+        let receiver = med(&|c| c.receiver_s);
+        let net = med(&|c| less(w, c));
+        let both = med(&|c| c.sender_s + less(w, c));
+        println!(
+            "  {:<9} {:>11.0} {:>7.2} | {:>9.2} {:>8.3} {:>8} {:>9.3} | {:>9.2} {:>8.3} {:>8} | {:>9.2} {:>8.3} {:>8} | {:>8.3} {:>8}",
+            if w == 0 { "raw TCP" } else { ways[w - 1].label },
+            med(&|c| c.samples_per_s),
+            med(&|c| c.samples_per_s) * gb * 8.0,
+            sender * 1e6,
+            sender / gb,
+            ratio(&|_, c| c.sender_s),
+            sender / gb * 1.25,
+            receiver * 1e6,
+            receiver / gb,
+            ratio(&|_, c| c.receiver_s),
+            net * 1e6,
+            net / gb,
+            ratio(&less),
+            both / gb,
+            ratio(&|w, c| c.sender_s + less(w, c)),
+        );
+    }
+}
+
 fn number(dir: &Path, key: &str) -> f64 {
     detail_value(dir, key)
         .and_then(|v| v.as_f64())
@@ -291,6 +374,7 @@ fn main() {
     let bench = Bench {
         loadgen: tests::build_release(),
         secs: if quick { 1.5 } else { 5.0 },
+        rounds: if quick { 3 } else { 5 },
     };
     let started = std::time::Instant::now();
     let plain = SutNode::start("cost-1", &[]);
@@ -333,83 +417,30 @@ fn main() {
          tcp-floor serve);"
     );
     println!(
-        "  (x): ratio to raw TCP in the same case; cores/10G: LoadGen cores per 10 Gbit/s of \
-         input; less hash: the node less the synthetic backend's hash of every byte"
+        "  medians of {} interleaved rounds; x raw: the median of the ratios to raw TCP within a \
+         round; cores/10G: LoadGen cores per 10 Gbit/s of input; less the hash: the node's CPU \
+         less the synthetic backend's hash of every input byte",
+        bench.rounds
     );
     for case in CASES {
         if !picked.is_empty() && !picked.iter().any(|p| p == case.name) {
             continue;
         }
         let hash = hash_secs(case.bytes);
-        let raw = bench.raw_tcp(&floor, case);
-        let costs: Vec<(&str, Cost)> = ways
-            .iter()
-            .map(|w| (w.label, bench.through_qdl(w, case)))
-            .collect();
-        let gb = case.bytes as f64 / 1e9;
-        println!();
-        println!(
-            "{} ({} B; the hash: {:.2} us/sample, {:.3} CPU-s/GB)",
-            case.label,
-            case.bytes,
-            hash * 1e6,
-            hash / gb
-        );
-        println!(
-            "  {:<9} {:>11} {:>7} | {:<37} | {:<27} | {:<27}",
-            "", "", "", "LoadGen end", "node end", "node end less the hash"
-        );
-        println!(
-            "  {:<9} {:>11} {:>7} | {:>9} {:>8} {:>8} {:>9} | {:>9} {:>8} {:>8} | {:>9} {:>8} {:>8}",
-            "way",
-            "samples/s",
-            "Gbit/s",
-            "us/sample",
-            "CPU-s/GB",
-            "x raw",
-            "cores/10G",
-            "us/sample",
-            "CPU-s/GB",
-            "x raw",
-            "us/sample",
-            "CPU-s/GB",
-            "x raw"
-        );
-        // Raw TCP's own row has no ratios; its receiver has no hash.
-        let ratio = |x: f64, of: f64, show: bool| {
-            if show {
-                format!("{:.2}x", x / of)
-            } else {
-                String::new()
+        // costs[w][r]: way w (0: raw TCP) in round r; each round starts one
+        // way further on, so that no way always runs first.
+        let mut costs: Vec<Vec<Cost>> = (0..=ways.len()).map(|_| Vec::new()).collect();
+        for round in 0..bench.rounds {
+            for k in 0..=ways.len() {
+                let w = (k + round) % (ways.len() + 1);
+                let cost = match w {
+                    0 => bench.raw_tcp(&floor, case),
+                    _ => bench.through_qdl(&ways[w - 1], case),
+                };
+                costs[w].push(cost);
             }
-        };
-        let row = |label: &str, c: &Cost, of_raw: bool| {
-            let less = if of_raw {
-                c.receiver_s - hash
-            } else {
-                c.receiver_s
-            };
-            println!(
-                "  {:<9} {:>11.0} {:>7.2} | {:>9.2} {:>8.3} {:>8} {:>9.3} | {:>9.2} {:>8.3} {:>8} | {:>9.2} {:>8.3} {:>8}",
-                label,
-                c.samples_per_s,
-                c.samples_per_s * gb * 8.0,
-                c.sender_s * 1e6,
-                c.sender_s / gb,
-                ratio(c.sender_s, raw.sender_s, of_raw),
-                c.sender_s / gb * 1.25,
-                c.receiver_s * 1e6,
-                c.receiver_s / gb,
-                ratio(c.receiver_s, raw.receiver_s, of_raw),
-                less * 1e6,
-                less / gb,
-                ratio(less, raw.receiver_s, of_raw),
-            );
-        };
-        row("raw TCP", &raw, false);
-        for (label, c) in &costs {
-            row(label, c, true);
         }
+        print_case(case, hash, &ways, &costs);
     }
     drop(floor);
     println!();
