@@ -401,8 +401,9 @@ fn run_stream(
     let result = reader
         .join()
         .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
-    issuing.context("writing a sample")?;
+    // A reader's error is the cause of a writer's (it shuts the socket).
     let result = result?;
+    issuing.context("writing a sample")?;
     if result.answers != issued {
         bail!(
             "{issued} samples sent on a connection, {} answered",

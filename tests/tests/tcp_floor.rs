@@ -73,14 +73,23 @@ fn every_sample_sent_is_answered_and_counted_by_the_server() {
     let p = |k: &str| open[k].as_f64().unwrap_or_else(|| panic!("{k}: {open}"));
     assert!(p("p50_us") > 0.0 && p("p50_us") <= p("p99_us") && p("p99_us") <= p("p999_us"));
 
+    // For a time rather than a count: whatever was sent is answered.
+    let timed = send(&port, &["--streams", "2", "--bytes", "64", "--secs", "0.2"]);
+    let timed_samples = timed["samples"].as_u64().expect("samples");
+    assert!(timed_samples > 0, "{timed}");
+
     // Closing its stdin ends the server, which counts what it read.
     drop(serve.stdin.take());
     let mut rest = String::new();
     out.read_to_string(&mut rest).expect("the figures line");
     assert!(serve.wait().expect("serve ends").success());
     let served = json(&rest);
-    assert_eq!(served["samples"], 1001 + 200, "{served}");
-    assert_eq!(served["bytes"], 1001 * 1000, "{served}");
+    assert_eq!(served["samples"], 1001 + 200 + timed_samples, "{served}");
+    assert_eq!(
+        served["bytes"],
+        1001 * 1000 + 64 * timed_samples,
+        "{served}"
+    );
     assert!(
         served["cpu_s"].as_f64().is_some_and(|c| c >= 0.0),
         "{served}"
