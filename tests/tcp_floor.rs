@@ -207,10 +207,18 @@ fn answer_all(
         bytes.fetch_add(u64::from(len), Ordering::Relaxed);
         answers.extend_from_slice(&answer);
         // Write before the next read could block.
-        if reader.buffer().is_empty() {
+        if !whole_frame_in(reader.buffer()) {
             writer.write_all(&answers).context("writing answers")?;
             answers.clear();
         }
+    }
+}
+
+/// Whether `buf` starts with a whole frame.
+fn whole_frame_in(buf: &[u8]) -> bool {
+    match buf.first_chunk::<4>() {
+        Some(len) => buf.len() - 4 >= u32::from_be_bytes(*len) as usize,
+        None => false,
     }
 }
 
