@@ -5,7 +5,7 @@
 //! ```text
 //! tcp-floor serve [--listen 127.0.0.1:0] [--answer-bytes 16]
 //! tcp-floor send --connect ADDR --streams N --bytes B (--secs S | --count C)
-//!                [--window W] [--rate QPS] [--seed N]
+//!                [--window W] [--rate QPS] [--spin-us US] [--seed N]
 //! ```
 //!
 //! Wire: each sample is a frame `[u32 big-endian length][payload]`; each
@@ -29,8 +29,9 @@
 //!   arrivals at QPS in total (QPS/N per connection, exponential gaps from a
 //!   seeded generator). A sample's latency runs from its scheduled issue
 //!   time to its answer fully read, so queueing counts. The writer sleeps
-//!   until shortly before each issue time and spins the rest, so its CPU
-//!   includes up to 150 µs of spinning per sample.
+//!   until `--spin-us` (default 100) before each issue time and spins the
+//!   rest, so its CPU includes up to that much spinning per sample (at high
+//!   rates, a core per connection).
 //!
 //! It then prints one JSON line: `streams`, `bytes_per_sample`, `samples`
 //! (answers read; any shortfall is an error), `secs` (first issue to last
@@ -128,6 +129,11 @@ struct SendArgs {
     /// Open loop: Poisson arrivals at this many samples per second in all.
     #[arg(long)]
     rate: Option<f64>,
+    /// Open loop: µs before each issue time to spin rather than sleep (a
+    /// sleep wakes tens of µs late, which counts as latency; the spin counts
+    /// as CPU). 0: sleep only.
+    #[arg(long, default_value_t = 100)]
+    spin_us: u64,
     /// Seed of the arrival times (connection i uses seed + i).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -288,6 +294,7 @@ fn send(args: &SendArgs) -> Result<()> {
                 quota,
                 end,
                 window: args.window as usize,
+                spin: Duration::from_micros(args.spin_us),
                 // Poisson arrivals per connection: their sum is Poisson at --rate.
                 arrivals: args.rate.map(|r| {
                     (
@@ -345,6 +352,8 @@ struct Plan {
     window: usize,
     /// Open loop: samples per second and the generator of the gaps.
     arrivals: Option<(f64, Mt64)>,
+    /// Open loop: how long before an issue time to stop sleeping.
+    spin: Duration,
 }
 
 /// Issues one connection's samples and reads their answers on a second
@@ -389,7 +398,7 @@ fn run_stream(
         }
         if let Some((rate, rng)) = plan.arrivals.as_mut() {
             next += Duration::from_secs_f64(exponential(rng) / *rate);
-            wait_until(next);
+            wait_until(next, plan.spin);
         } else {
             next = Instant::now();
         }
@@ -482,13 +491,12 @@ fn exponential(rng: &mut Mt64) -> f64 {
     -u.ln()
 }
 
-/// Sleeps until shortly before `t`, then spins: a plain sleep wakes tens of
+/// Sleeps until `spin` before `t`, then spins: a plain sleep wakes tens of
 /// µs late, which would count as latency.
-fn wait_until(t: Instant) {
-    const SPIN: Duration = Duration::from_micros(150);
+fn wait_until(t: Instant, spin: Duration) {
     let now = Instant::now();
-    if t > now + SPIN {
-        std::thread::sleep(t - now - SPIN);
+    if t > now + spin {
+        std::thread::sleep(t - now - spin);
     }
     while Instant::now() < t {
         std::hint::spin_loop();
