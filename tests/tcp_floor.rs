@@ -27,14 +27,14 @@
 //!   to `--window` samples unanswered.
 //! - With `--rate QPS`: open loop, as MLPerf's Server scenario: Poisson
 //!   arrivals at QPS in total (QPS/N per connection, exponential gaps from a
-//!   seeded generator). A sample's latency runs from its scheduled issue
+//!   seeded generator). A sample's latency runs from its scheduled send
 //!   time to its answer fully read, so queueing counts. The writer sleeps
-//!   until `--spin-us` (default 100) before each issue time and spins the
+//!   until `--spin-us` (default 100) before each send time and spins the
 //!   rest, so its CPU includes up to that much spinning per sample (at high
 //!   rates, a core per connection).
 //!
 //! It then prints one JSON line: `streams`, `bytes_per_sample`, `samples`
-//! (answers read; any shortfall is an error), `secs` (first issue to last
+//! (answers read; any shortfall is an error), `secs` (first send to last
 //! answer), `gbit_s` and `samples_per_s` of payload, `cpu_s` (its own CPU
 //! seconds), and with `--rate` also `p50_us`, `p99_us` and `p999_us`.
 
@@ -67,7 +67,7 @@ const MAX_FRAME: u32 = 1 << 30;
 /// prints {"streams","bytes_per_sample","samples","secs","gbit_s",
 /// "samples_per_s","cpu_s"}: without --rate a closed loop of --window
 /// samples unanswered per connection; with --rate an open loop of Poisson
-/// arrivals whose latency, from scheduled issue to answer read, adds
+/// arrivals whose latency, from scheduled send to answer read, adds
 /// "p50_us","p99_us","p999_us".
 #[derive(Parser)]
 #[command(name = "tcp-floor", version)]
@@ -89,9 +89,9 @@ enum Command {
     /// Each connection has a writing thread (one writev of header and
     /// payload per frame) and a reading thread. Closed loop without --rate;
     /// with --rate, Poisson arrivals (seeded) at --rate in total, each
-    /// sample's latency counted from its scheduled issue time to its answer
+    /// sample's latency counted from its scheduled send time to its answer
     /// fully read. samples: answers read (fewer than sent is an error);
-    /// secs: first issue to last answer; gbit_s: payload.
+    /// secs: first send to last answer; gbit_s: payload.
     Send(SendArgs),
 }
 
@@ -117,10 +117,10 @@ struct SendArgs {
     /// Payload bytes per sample.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=MAX_FRAME as i64))]
     bytes: u32,
-    /// Issue samples for this many seconds.
+    /// Send samples for this many seconds.
     #[arg(long)]
     secs: Option<f64>,
-    /// Issue this many samples in all (spread evenly over the connections).
+    /// Send this many samples in all (spread evenly over the connections).
     #[arg(long)]
     count: Option<u64>,
     /// Closed loop: samples unanswered per connection.
@@ -129,7 +129,7 @@ struct SendArgs {
     /// Open loop: Poisson arrivals at this many samples per second in all.
     #[arg(long)]
     rate: Option<f64>,
-    /// Open loop: µs before each issue time to spin rather than sleep (a
+    /// Open loop: µs before each send time to spin rather than sleep (a
     /// sleep wakes tens of µs late, which counts as latency; the spin counts
     /// as CPU). 0: sleep only.
     #[arg(long, default_value_t = 100)]
@@ -343,21 +343,21 @@ fn send(args: &SendArgs) -> Result<()> {
     Ok(())
 }
 
-/// When one connection issues its samples.
+/// When one connection sends its samples.
 struct Plan {
-    /// Samples to issue, or None to issue until `end`.
+    /// Samples to send, or None to send until `end`.
     quota: Option<u64>,
     end: Option<Instant>,
     /// Closed loop: samples unanswered at most.
     window: usize,
     /// Open loop: samples per second and the generator of the gaps.
     arrivals: Option<(f64, Mt64)>,
-    /// Open loop: how long before an issue time to stop sleeping.
+    /// Open loop: how long before a send time to stop sleeping.
     spin: Duration,
 }
 
-/// Issues one connection's samples and reads their answers on a second
-/// thread; each sample's scheduled issue time travels to the reader through
+/// Sends one connection's samples and reads their answers on a second
+/// thread; each sample's scheduled send time travels to the reader through
 /// a channel, which in the closed loop is bounded by the window.
 fn run_stream(
     conn: TcpStream,
@@ -367,7 +367,7 @@ fn run_stream(
 ) -> Result<StreamResult> {
     let read_side = conn.try_clone().context("cloning the socket")?;
     let (tx, rx) = match plan.arrivals {
-        // The open loop never waits for answers before issuing.
+        // The open loop never waits for answers before sending.
         Some(_) => {
             let (tx, rx) = mpsc::channel();
             (Sender::Open(tx), rx)
@@ -390,10 +390,10 @@ fn run_stream(
 
     let header = (payload.len() as u32).to_be_bytes();
     let mut next = start;
-    let mut issued = 0u64;
+    let mut sent = 0u64;
     let mut conn = &conn;
-    let issuing = loop {
-        if plan.quota.is_some_and(|q| issued >= q) {
+    let sending = loop {
+        if plan.quota.is_some_and(|q| sent >= q) {
             break Ok(());
         }
         if let Some((rate, rng)) = plan.arrivals.as_mut() {
@@ -411,7 +411,7 @@ fn run_stream(
         if let Err(e) = write_frame(&mut conn, &header, payload) {
             break Err(e);
         }
-        issued += 1;
+        sent += 1;
     };
     drop(tx);
     let _ = conn.shutdown(std::net::Shutdown::Write);
@@ -420,10 +420,10 @@ fn run_stream(
         .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
     // A reader's error is the cause of a writer's (it shuts the socket).
     let result = result?;
-    issuing.context("writing a sample")?;
-    if result.answers != issued {
+    sending.context("writing a sample")?;
+    if result.answers != sent {
         bail!(
-            "{issued} samples sent on a connection, {} answered",
+            "{sent} samples sent on a connection, {} answered",
             result.answers
         );
     }
@@ -445,18 +445,18 @@ impl Sender {
     }
 }
 
-/// Reads one answer per issue time received, until the writer is done.
+/// Reads one answer per send time received, until the writer is done.
 fn read_answers(
     conn: &TcpStream,
-    issued: &mpsc::Receiver<Instant>,
+    send_times: &mpsc::Receiver<Instant>,
     timed: bool,
 ) -> Result<StreamResult> {
     let mut reader = BufReader::with_capacity(64 << 10, conn);
     let mut scratch = vec![0u8; 64 << 10];
     let mut r = StreamResult::default();
     // The closed loop's window is the channel's bound: an answer read frees
-    // a place once its issue time is taken off the channel.
-    for at in issued {
+    // a place once its send time is taken off the channel.
+    for at in send_times {
         let len = read_len(&mut reader)?.context("the server closed the connection early")?;
         discard(&mut reader, len as usize, &mut scratch).context("reading an answer")?;
         let now = Instant::now();

@@ -158,7 +158,7 @@ impl Bench {
             .args(["--total-sample-count", pool])
             .args(["--performance-sample-count", pool])
             .args(&way.flags)
-            // Offline issues target_qps x min_duration x 1.1 samples, with
+            // Offline runs target_qps x min_duration x 1.1 samples, with
             // min_query_count=1 that and no more.
             .args(["--set", "min_duration=1000", "--set", "min_query_count=1"])
             .arg("--set")

@@ -12,7 +12,7 @@
 # the target: aggregate throughput at 8 threads at least 6x one thread.
 #
 # Every run lasts about --secs seconds (loadgen-node's are sized from a
-# short run at the same point). T needs T+1 cores (the LoadGen's issuing
+# short run at the same point). T needs T+1 cores (the LoadGen's query
 # thread besides the QDL's); larger T are skipped unless --oversubscribe.
 # The nodes share the host: each has --node-threads network threads and
 # runs fast batches of up to 64 samples, but the synthetic backend still
