@@ -388,7 +388,18 @@ pub fn build_release_with(extra: &[&str]) -> PathBuf {
 /// For the benches: CPU seconds (user and system) the process `pid` has
 /// used so far.
 pub fn cpu_secs(pid: i32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a /proc stat");
+    stat_cpu_secs(&format!("/proc/{pid}/stat"))
+}
+
+/// For the benches: CPU seconds (user and system) the calling thread has
+/// used so far.
+pub fn thread_cpu_secs() -> f64 {
+    stat_cpu_secs("/proc/thread-self/stat")
+}
+
+/// User and system CPU seconds from a /proc `stat` file.
+fn stat_cpu_secs(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).expect("a /proc stat");
     // The fields after the command name (which may hold spaces), from `state`.
     let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
     let f: Vec<f64> = rest
