@@ -7,10 +7,13 @@
 //!   the physical limit of this path on this host;
 //! - plain quinn: one QUIC stream carrying the same bytes to a second
 //!   process, with the transport settings of the QDL and the node: QUIC's
-//!   own limit here;
+//!   own limit here; in the case with several connections per node also
+//!   over as many connections at once, each from its own endpoint as the
+//!   QDL's, to one receiving endpoint (as a node has) and to one process
+//!   each;
 //! - gRPC, gRPC over TLS and QUIC through loadgen-node, the QDL and a
 //!   synthetic node (Offline), each also as a ratio to raw TCP (and QUIC to
-//!   plain quinn).
+//!   plain quinn over as many connections, to one endpoint).
 //!
 //! Cases: ResNet50 fp32 (602,112 B) and uint8 (150,528 B) inputs, BERT
 //! (3x384 int32, 4,608 B), a 3D-UNet-sized answer (128^3 bytes of labels,
