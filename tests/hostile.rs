@@ -124,13 +124,7 @@ async fn quic_connect(addr: SocketAddr, pin: &str) -> Option<(quinn::Endpoint, q
     let (crypto, _) = tls.client_config(proto::quic::ALPN).ok()?;
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).ok()?;
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
-    let mut endpoint = quinn::Endpoint::new(
-        proto::quic::endpoint_config(),
-        None,
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .ok()?;
+    let mut endpoint = proto::quic::endpoint(socket, None).ok()?;
     let mut transport = proto::quic::transport_config(0);
     transport.stream_receive_window((64u32 << 10).into());
     transport.receive_window((1u32 << 20).into());

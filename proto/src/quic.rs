@@ -3,6 +3,13 @@
 //! and opened by the LoadGen node; its first byte is the stream type, then
 //! each side sends frames (`framing`).
 
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use quinn::udp::Transmit;
+
 /// The ALPN protocol of QUIC connections between the two ends.
 pub const ALPN: &[u8] = b"mlperf-net/1";
 
@@ -25,18 +32,16 @@ pub mod stream_type {
 }
 
 /// Largest UDP payload either end sends or accepts, and the most path MTU
-/// discovery tries. quinn hands the kernel up to `GSO_BATCH` datagrams in
-/// one segmentation-offload send, and the kernel refuses a send of more than
-/// 65,507 bytes in all with EMSGSIZE, which quinn-udp drops without a word
-/// (as it would a failed MTU probe). With larger datagrams (65,495 bytes on
-/// loopback, where discovery used to end up) every batch of two or more was
-/// lost, and QUIC ran at a third of its rate or stalled for seconds. Ten
-/// datagrams of this size fit one send; jumbo-frame paths still get most of
-/// their size.
-pub const MAX_UDP_PAYLOAD: u16 = 65_507 / GSO_BATCH;
-/// The most datagrams quinn puts in one send (`MAX_TRANSMIT_SEGMENTS` in
-/// quinn's `connection.rs`).
-const GSO_BATCH: u16 = 10;
+/// discovery tries: the most one send can carry (`MAX_SEND`). On loopback,
+/// where discovery gets there, a ResNet50 fp32 input is ten packets rather
+/// than ninety-two (6,550-byte datagrams, ten to a send): quinn's work per
+/// packet (encryption calls, acknowledgements, loss bookkeeping) is most of
+/// its cost, and the node's socket overflows less.
+pub const MAX_UDP_PAYLOAD: u16 = 65_507;
+/// The most bytes one UDP send may carry in all: the kernel refuses a
+/// segmentation-offload send of more with EMSGSIZE, and quinn-udp drops
+/// such a send without a word (as it would a failed MTU probe).
+const MAX_SEND: usize = 65_507;
 /// Most bytes (samples or answers) handed to quinn in one write.
 pub const MAX_WRITE: usize = 1 << 20;
 /// UDP socket buffers asked for (the kernel caps them at its maximum,
@@ -75,11 +80,95 @@ pub fn transport_config(peer_streams: u32) -> quinn::TransportConfig {
 
 /// Accepts datagrams up to `MAX_UDP_PAYLOAD`, so that path MTU discovery
 /// can grow packets past 1452 bytes where the path allows.
-pub fn endpoint_config() -> quinn::EndpointConfig {
+fn endpoint_config() -> quinn::EndpointConfig {
     let mut config = quinn::EndpointConfig::default();
     // In range by construction (1200..=65527).
     let _ = config.max_udp_payload_size(MAX_UDP_PAYLOAD);
     config
+}
+
+/// A QUIC endpoint on `socket` (see `udp_socket`), a server if `server` is
+/// given, on the current tokio runtime. Every QUIC endpoint of both ends is
+/// made here: its sends are cut to the kernel's limit (`SendsWithinLimit`).
+pub fn endpoint(
+    socket: std::net::UdpSocket,
+    server: Option<quinn::ServerConfig>,
+) -> std::io::Result<quinn::Endpoint> {
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = quinn::Runtime::wrap_udp_socket(&*runtime, socket)?;
+    quinn::Endpoint::new_with_abstract_socket(
+        endpoint_config(),
+        server,
+        Arc::new(SendsWithinLimit(socket)),
+        runtime,
+    )
+}
+
+/// quinn's UDP socket, with each batch of datagrams that quinn hands over at
+/// once (up to ten, of the path's packet size) sent as as many
+/// segmentation-offload sends of at most `MAX_SEND` bytes as it takes.
+/// Without it a batch over the limit is lost whole, so packets could be no
+/// larger than a tenth of it.
+#[derive(Debug)]
+struct SendsWithinLimit(Arc<dyn quinn::AsyncUdpSocket>);
+
+impl quinn::AsyncUdpSocket for SendsWithinLimit {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
+        Arc::clone(&self.0).create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> std::io::Result<()> {
+        // Should a later part find the socket full, quinn sends the whole
+        // batch again: the peer drops the duplicates of the parts sent.
+        within_send_limit(transmit).try_for_each(|part| self.0.try_send(&part))
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> Poll<std::io::Result<usize>> {
+        self.0.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.0.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.0.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.0.may_fragment()
+    }
+}
+
+/// `transmit` as sends of whole datagrams, each of at most `MAX_SEND` bytes
+/// (itself, if it is within the limit).
+fn within_send_limit<'a>(transmit: &Transmit<'a>) -> impl Iterator<Item = Transmit<'a>> {
+    let segment = transmit.segment_size.unwrap_or(transmit.contents.len());
+    let per_send = (MAX_SEND / segment.max(1)).max(1) * segment;
+    let template = Transmit {
+        destination: transmit.destination,
+        ecn: transmit.ecn,
+        contents: &[],
+        segment_size: None,
+        src_ip: transmit.src_ip,
+    };
+    transmit
+        .contents
+        .chunks(per_send.max(1))
+        .map(move |part| Transmit {
+            contents: part,
+            segment_size: (part.len() > segment).then_some(segment),
+            ..template
+        })
 }
 
 /// A UDP socket on `addr` with large buffers.
@@ -97,34 +186,76 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// As quinn sends with segmentation offload: `GSO_BATCH` datagrams of
-    /// the largest size in one send all reach the peer. (Larger datagrams
-    /// make the kernel refuse the send, and quinn-udp drops such a send
-    /// silently, so the peer would get none.)
+    fn transmit(contents: &[u8], segment_size: Option<usize>) -> Transmit<'_> {
+        Transmit {
+            destination: ([127, 0, 0, 1], 9).into(),
+            ecn: None,
+            contents,
+            segment_size,
+            src_ip: None,
+        }
+    }
+
+    /// A batch over the kernel's limit is cut into sends within it, each of
+    /// whole datagrams, in order; a batch within it goes as it is.
     #[test]
-    fn a_full_offload_batch_of_the_largest_datagrams_arrives_whole() {
-        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    fn batches_are_cut_into_sends_of_whole_datagrams_within_the_limit() {
+        for (segment, count, last) in [
+            (usize::from(MAX_UDP_PAYLOAD), 10, 100),
+            (8_952, 10, 8_952),
+            (8_952, 3, 17),
+            (1_452, 10, 1_452),
+            (1_200, 1, 1_200),
+        ] {
+            let len = segment * (count - 1) + last;
+            let contents: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let batch = transmit(&contents, (count > 1).then_some(segment));
+            let parts: Vec<_> = within_send_limit(&batch).collect();
+            let mut joined = Vec::new();
+            for part in &parts {
+                assert!(part.contents.len() <= MAX_SEND, "{segment} x {count}");
+                match part.segment_size {
+                    Some(s) => assert_eq!(s, segment),
+                    None => assert!(part.contents.len() <= segment),
+                }
+                // Only the batch's last datagram may be short.
+                let whole = part.contents.len() % segment == 0;
+                assert!(whole || std::ptr::eq(part, parts.last().unwrap()));
+                joined.extend_from_slice(part.contents);
+            }
+            assert_eq!(joined, contents, "{segment} x {count}");
+            let fit = (MAX_SEND / segment) * segment;
+            assert_eq!(parts.len(), len.div_ceil(fit), "{segment} x {count}");
+        }
+    }
+
+    /// As quinn sends with segmentation offload, cut as `SendsWithinLimit`
+    /// cuts it: a batch of ten of the largest datagrams, and of ten
+    /// jumbo-frame-sized ones (seven to a send), all reach the peer whole.
+    /// (A send over the kernel's limit is refused, and quinn-udp drops it
+    /// silently, so the peer would get none of it.)
+    #[test]
+    fn a_full_batch_of_the_largest_datagrams_arrives_whole() {
+        let rx = udp_socket(([127, 0, 0, 1], 0).into()).unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let tx = udp_socket(([127, 0, 0, 1], 0).into()).unwrap();
         let state = quinn::udp::UdpSocketState::new((&tx).into()).unwrap();
         // One datagram per send where the kernel has no offload.
-        let batch = usize::from(GSO_BATCH).min(state.max_gso_segments());
-        let size = usize::from(MAX_UDP_PAYLOAD);
-        let contents = vec![7u8; batch * size];
-        let transmit = quinn::udp::Transmit {
-            destination: rx.local_addr().unwrap(),
-            ecn: None,
-            contents: &contents,
-            segment_size: (batch > 1).then_some(size),
-            src_ip: None,
-        };
-        state.send((&tx).into(), &transmit).unwrap();
-        let mut buf = vec![0u8; 1 << 16];
-        for i in 0..batch {
-            let n = rx
-                .recv(&mut buf)
-                .unwrap_or_else(|e| panic!("datagram {i} of {batch}: {e}"));
-            assert_eq!(n, size, "datagram {i} of {batch}");
+        let batch = 10.min(state.max_gso_segments());
+        for size in [usize::from(MAX_UDP_PAYLOAD), 8_952] {
+            let contents = vec![7u8; batch * size];
+            let mut whole = transmit(&contents, (batch > 1).then_some(size));
+            whole.destination = rx.local_addr().unwrap();
+            for part in within_send_limit(&whole) {
+                state.send((&tx).into(), &part).unwrap();
+            }
+            let mut buf = vec![0u8; 1 << 16];
+            for i in 0..batch {
+                let n = rx
+                    .recv(&mut buf)
+                    .unwrap_or_else(|e| panic!("datagram {i} of {batch} of {size}: {e}"));
+                assert_eq!(n, size, "datagram {i} of {batch}");
+            }
         }
     }
 }

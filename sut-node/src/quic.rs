@@ -73,17 +73,7 @@ pub fn endpoint(
     }
     config.transport_config(Arc::new(transport));
     let socket = udp_socket(addr)?;
-    quinn::Endpoint::new(
-        endpoint_config(),
-        Some(config),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-}
-
-/// Accepts datagrams up to `proto::quic::MAX_UDP_PAYLOAD`.
-pub fn endpoint_config() -> quinn::EndpointConfig {
-    quic::endpoint_config()
+    quic::endpoint(socket, Some(config))
 }
 
 /// Accepts connections until the node stops, then lets the open ones finish

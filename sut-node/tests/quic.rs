@@ -196,13 +196,8 @@ async fn connect(
     };
     let (crypto, _) = tls.client_config(ALPN).unwrap();
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
-    let mut client = quinn::Endpoint::new(
-        sut_node::quic::endpoint_config(),
-        None,
-        std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
-        Arc::new(quinn::TokioRuntime),
-    )
-    .unwrap();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut client = proto::quic::endpoint(socket, None).unwrap();
     let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
     cc.transport_config(Arc::new(transport));
     client.set_default_client_config(cc);

@@ -7,10 +7,13 @@
 //!   the physical limit of this path on this host;
 //! - plain quinn: one QUIC stream carrying the same bytes to a second
 //!   process, with the transport settings of the QDL and the node: QUIC's
-//!   own limit here;
+//!   own limit here; in the case with several connections per node also
+//!   over as many connections at once, each from its own endpoint as the
+//!   QDL's, to one receiving endpoint (as a node has) and to one process
+//!   each;
 //! - gRPC, gRPC over TLS and QUIC through loadgen-node, the QDL and a
 //!   synthetic node (Offline), each also as a ratio to raw TCP (and QUIC to
-//!   plain quinn).
+//!   plain quinn over as many connections, to one endpoint).
 //!
 //! Cases: ResNet50 fp32 (602,112 B) and uint8 (150,528 B) inputs, BERT
 //! (3x384 int32, 4,608 B), a 3D-UNet-sized answer (128^3 bytes of labels,
@@ -42,6 +45,8 @@ use tests::{detail_value, scratch, text, SutNode};
 const ROLE: &str = "BYTES_BENCH_ROLE";
 /// Where the receiver finds the certificate and key of the quinn transfer.
 const CERT_DIR: &str = "BYTES_BENCH_CERTS";
+/// How many connections the quinn receiver accepts.
+const RECEIVER_CONNS: &str = "BYTES_BENCH_CONNS";
 
 const RESNET50_FP32: usize = 602_112;
 const RESNET50_U8: usize = 150_528;
@@ -153,6 +158,7 @@ fn main() {
             input("r50-quic-conns", RESNET50_FP32, "none"),
             vec![
                 quic(&plain, &["--connections-per-node", "1"]),
+                quic(&plain, &["--connections-per-node", "2"]),
                 quic(&plain, &["--connections-per-node", "4"]),
                 grpc_conns(&plain, 1),
                 grpc_conns(&plain, 4),
@@ -179,11 +185,26 @@ fn main() {
         let raw = bench.raw_tcp(case.bytes);
         let quinn = bench.quinn_bulk(case.bytes);
         let mut cells = Vec::new();
+        // Plain quinn over as many connections as a QUIC way uses, to one
+        // receiving endpoint (as a node) and to one process each.
+        let mut spread = Vec::new();
         for way in ways {
             let g = bench.through_qdl(way, case);
             let mut cell = format!("{} {g:.2} ({:.2}x", way.describe(), g / raw);
             if way.label == "quic" {
-                cell.push_str(&format!(", {:.2}x quinn", g / quinn));
+                let conns = way.connections();
+                let reference = if conns > 1 {
+                    let one = bench.quinn_spread(case.bytes, conns, 1);
+                    let each = bench.quinn_spread(case.bytes, conns, conns);
+                    spread.push(format!(
+                        "plain quinn x{conns}: {one:.2} to one endpoint, \
+                         {each:.2} to {conns} processes"
+                    ));
+                    one
+                } else {
+                    quinn
+                };
+                cell.push_str(&format!(", {:.2}x quinn x{conns}", g / reference));
             }
             cell.push(')');
             cells.push(cell);
@@ -194,6 +215,9 @@ fn main() {
             case.bytes,
             cells.join(" | ")
         );
+        for line in spread {
+            println!("  {:<16} {:>9}   {line}", "", "");
+        }
     }
 }
 
@@ -214,6 +238,15 @@ struct Way {
 }
 
 impl Way {
+    /// Its `--connections-per-node`, or 1.
+    fn connections(&self) -> usize {
+        self.flags
+            .iter()
+            .position(|f| f == "--connections-per-node")
+            .and_then(|i| self.flags.get(i + 1))
+            .map_or(1, |n| n.parse().expect("a number of connections"))
+    }
+
     fn describe(&self) -> String {
         match self
             .flags
@@ -317,45 +350,80 @@ impl Bench {
     /// Gbit/s of `raw_bytes` sent as one chunk per sample on one quinn
     /// stream to another process (TLS 1.3, the QDL's transport settings).
     fn quinn_bulk(&self, sample: usize) -> f64 {
-        let (mut child, port) = receiver("quinn", &[(CERT_DIR, &self.certs)]);
-        let count = self.raw_bytes / sample;
+        self.quinn_spread(sample, 1, 1)
+    }
+
+    /// `quinn_bulk` over `conns` connections at once, each with its own
+    /// endpoint (UDP socket) as the QDL's, sending an equal share, to
+    /// `receivers` processes (1: one endpoint takes them all, as a node
+    /// does; `conns`: one process and socket each).
+    fn quinn_spread(&self, sample: usize, conns: usize, receivers: usize) -> f64 {
+        let per_receiver = (conns / receivers).to_string();
+        let per_receiver = Path::new(&per_receiver);
+        let children: Vec<(Child, u16)> = (0..receivers)
+            .map(|_| {
+                receiver(
+                    "quinn",
+                    &[(CERT_DIR, &self.certs), (RECEIVER_CONNS, per_receiver)],
+                )
+            })
+            .collect();
+        let ports: Vec<u16> = children.iter().map(|(_, p)| *p).collect();
+        let count = self.raw_bytes / sample / conns;
+        let cert = std::fs::read(self.certs.join("cert.der")).expect("certificate");
         let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
         let secs = rt.block_on(async {
-            let cert = std::fs::read(self.certs.join("cert.der")).expect("certificate");
             let mut roots = rustls::RootCertStore::empty();
             roots.add(cert.into()).expect("root certificate");
             let mut config =
                 quinn::ClientConfig::with_root_certificates(Arc::new(roots)).expect("client TLS");
             config.transport_config(Arc::new(proto::quic::transport_config(0)));
-            let socket = proto::quic::udp_socket(([127, 0, 0, 1], 0).into()).expect("UDP socket");
-            let endpoint = quinn::Endpoint::new(
-                proto::quic::endpoint_config(),
-                None,
-                socket,
-                Arc::new(quinn::TokioRuntime),
-            )
-            .expect("endpoint");
-            let conn = endpoint
-                .connect_with(config, ([127, 0, 0, 1], port).into(), "localhost")
-                .expect("connect")
-                .await
-                .expect("handshake");
-            let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+            let mut streams = Vec::new();
+            for c in 0..conns {
+                let socket =
+                    proto::quic::udp_socket(([127, 0, 0, 1], 0).into()).expect("UDP socket");
+                let endpoint = proto::quic::endpoint(socket, None).expect("endpoint");
+                let port = ports[c % receivers];
+                let conn = endpoint
+                    .connect_with(config.clone(), ([127, 0, 0, 1], port).into(), "localhost")
+                    .expect("connect")
+                    .await
+                    .expect("handshake");
+                let stream = conn.open_bi().await.expect("stream");
+                streams.push((endpoint, conn, stream));
+            }
             let payload = Bytes::from(vec![0x5au8; sample]);
             let start = Instant::now();
-            for _ in 0..count {
-                send.write_chunk(payload.clone()).await.expect("write");
+            let sending: Vec<_> = streams
+                .into_iter()
+                .map(|(endpoint, conn, (mut send, mut recv))| {
+                    let payload = payload.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..count {
+                            send.write_chunk(payload.clone()).await.expect("write");
+                        }
+                        send.finish().expect("finish");
+                        let mut ack = [0u8; 1];
+                        recv.read_exact(&mut ack).await.expect("confirmation");
+                        (endpoint, conn)
+                    })
+                })
+                .collect();
+            let mut done = Vec::new();
+            for s in sending {
+                done.push(s.await.expect("a sender"));
             }
-            send.finish().expect("finish");
-            let mut ack = [0u8; 1];
-            recv.read_exact(&mut ack).await.expect("confirmation");
             let secs = start.elapsed().as_secs_f64();
-            conn.close(0u32.into(), b"done");
-            endpoint.wait_idle().await;
+            for (endpoint, conn) in done {
+                conn.close(0u32.into(), b"done");
+                endpoint.wait_idle().await;
+            }
             secs
         });
-        let _ = child.wait();
-        (count * sample) as f64 * 8.0 / secs / 1e9
+        for (mut child, _) in children {
+            let _ = child.wait();
+        }
+        (count * conns * sample) as f64 * 8.0 / secs / 1e9
     }
 }
 
@@ -412,9 +480,12 @@ fn tcp_receiver() {
     tcp.write_all(&[1]).expect("confirm");
 }
 
-/// The plain quinn receiver: reads the first stream to its end, confirms.
+/// The plain quinn receiver: accepts `RECEIVER_CONNS` connections (one if
+/// unset) and reads the first stream of each to its end, confirms.
 fn quinn_receiver() {
     let dir = PathBuf::from(std::env::var(CERT_DIR).expect("certificate directory"));
+    let conns: usize =
+        std::env::var(RECEIVER_CONNS).map_or(1, |v| v.parse().expect("a number of connections"));
     let cert = std::fs::read(dir.join("cert.der")).expect("certificate");
     let key = std::fs::read(dir.join("key.der")).expect("key");
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
@@ -425,31 +496,33 @@ fn quinn_receiver() {
         config.transport_config(Arc::new(proto::quic::transport_config(4)));
         let socket = proto::quic::udp_socket(([127, 0, 0, 1], 0).into()).expect("UDP socket");
         let port = socket.local_addr().expect("address").port();
-        let endpoint = quinn::Endpoint::new(
-            proto::quic::endpoint_config(),
-            Some(config),
-            socket,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .expect("endpoint");
+        let endpoint = proto::quic::endpoint(socket, Some(config)).expect("endpoint");
         println!("{port}");
         let _ = std::io::stdout().flush();
-        let conn = endpoint
-            .accept()
-            .await
-            .expect("a connection")
-            .await
-            .expect("handshake");
-        let (mut send, mut recv) = conn.accept_bi().await.expect("stream");
-        while recv
-            .read_chunk(usize::MAX, true)
-            .await
-            .expect("read")
-            .is_some()
-        {}
-        send.write_all(&[1]).await.expect("confirm");
-        let _ = send.finish();
-        // Until the sender closes the connection.
-        let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
+        let mut readers = Vec::new();
+        for _ in 0..conns {
+            let conn = endpoint
+                .accept()
+                .await
+                .expect("a connection")
+                .await
+                .expect("handshake");
+            readers.push(tokio::spawn(async move {
+                let (mut send, mut recv) = conn.accept_bi().await.expect("stream");
+                while recv
+                    .read_chunk(usize::MAX, true)
+                    .await
+                    .expect("read")
+                    .is_some()
+                {}
+                send.write_all(&[1]).await.expect("confirm");
+                let _ = send.finish();
+                // Until the sender closes the connection.
+                let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
+            }));
+        }
+        for r in readers {
+            r.await.expect("a reader");
+        }
     });
 }

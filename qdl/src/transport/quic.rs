@@ -17,7 +17,7 @@ use prost::Message;
 use proto::framing::{
     encode_message, Frame, FrameDecoder, FrameWriter, MAX_CONTROL_FRAME, MAX_DATA_FRAME,
 };
-use proto::quic::{endpoint_config, stream_type, transport_config, udp_socket, ALPN, MAX_WRITE};
+use proto::quic::{stream_type, transport_config, udp_socket, ALPN, MAX_WRITE};
 use proto::tls::{ClientTls, Presented};
 use proto::{FromNode, NameReply, NameRequest, SessionReply, SessionRequest};
 use quinn::{RecvStream, SendStream};
@@ -57,13 +57,8 @@ impl QuicLink {
         };
         let socket = udp_socket(local)
             .map_err(|e| TransportError(format!("cannot open a UDP socket: {e}")))?;
-        let endpoint = quinn::Endpoint::new(
-            endpoint_config(),
-            None,
-            socket,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .map_err(|e| TransportError(format!("cannot open a QUIC endpoint: {e}")))?;
+        let endpoint = proto::quic::endpoint(socket, None)
+            .map_err(|e| TransportError(format!("cannot open a QUIC endpoint: {e}")))?;
         let (crypto, presented) = tls
             .client_config(ALPN)
             .map_err(|e| TransportError(e.to_string()))?;
