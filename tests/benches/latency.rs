@@ -13,9 +13,12 @@
 //! The QDL's figure is the latency breakdown's `wire_and_qdl`
 //! (`mlperf_net_breakdown.json`): from the QDL being handed the sample to
 //! its answer decoded, less the node's own time (its queue, compute and
-//! send), i.e. both ways on the wire and the QDL, which is what raw TCP's
-//! request-to-answer time is. `total` (the same with the node's time) is
-//! printed beside it.
+//! send), i.e. both ways on the wire and the QDL. Beside it, the LoadGen's
+//! own latency of the same samples (the summary's percentiles: from each
+//! query's scheduled time to its completion, so the issuing thread's
+//! lateness and the node's time count too). tcp-floor's latency runs from
+//! each sample's scheduled time to its answer read, as the LoadGen's does,
+//! with a receiver that does nothing but answer.
 //!
 //! `cargo bench -p tests --bench latency` (builds the release binaries
 //! first). BENCH_QUICK=1 shortens every run and does two rounds, not three.
@@ -36,7 +39,7 @@ const LOADS: [f64; 3] = [0.1, 0.5, 0.8];
 fn main() {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     let loadgen = tests::build_release();
-    let floor = tests::binary("tcp-floor");
+    let floor = PathBuf::from(env!("CARGO_BIN_EXE_tcp-floor"));
     let secs = if quick { 3.0 } else { 10.0 };
     let rounds = if quick { 2 } else { 3 };
     let node = SutNode::start("latency-1", &[]);
@@ -49,10 +52,20 @@ fn main() {
         if quick { ", BENCH_QUICK" } else { "" }
     );
     println!("  most through the QDL (Offline): {max_sps:.0} samples/s");
-    println!("  microseconds; QDL: wire_and_qdl (total with the node's time in brackets)");
     println!(
-        "  {:>5} {:>6} {:>5} | {:>22} {:>22} {:>22} | {:>7} {:>7} {:>7} | p99 QDL/TCP",
-        "load", "qps", "round", "QDL p50", "QDL p99", "QDL p99.9", "TCP p50", "TCP p99", "TCP p99.9"
+        "  microseconds; QDL: the breakdown's wire_and_qdl (the LoadGen's latency in brackets)"
+    );
+    println!(
+        "  {:>5} {:>6} {:>5} | {:>17} {:>17} {:>17} | {:>7} {:>7} {:>7} | p99 QDL/TCP",
+        "load",
+        "qps",
+        "round",
+        "QDL p50",
+        "QDL p99",
+        "QDL p99.9",
+        "TCP p50",
+        "TCP p99",
+        "TCP p99.9"
     );
     let mut summary = Vec::new();
     for load in LOADS {
@@ -61,13 +74,13 @@ fn main() {
         for round in 1..=rounds {
             let q = server(&loadgen, &node.addr, qps, secs);
             let t = raw_tcp(&floor, qps, secs);
-            let cell = |w: f64, tot: f64| format!("{w:>9.0} ({tot:>9.0})");
+            let cell = |w: f64, lg: f64| format!("{w:>7.0} ({lg:>7.0})");
             println!(
-                "  {:>4.0}% {qps:>6.0} {round:>5} | {:>22} {:>22} {:>22} | {:>7.0} {:>7.0} {:>7.0} | {:.2}x",
+                "  {:>4.0}% {qps:>6.0} {round:>5} | {:>17} {:>17} {:>17} | {:>7.0} {:>7.0} {:>7.0} | {:.2}x",
                 load * 100.0,
-                cell(q.wire[0], q.total[0]),
-                cell(q.wire[1], q.total[1]),
-                cell(q.wire[2], q.total[2]),
+                cell(q.wire[0], q.loadgen[0]),
+                cell(q.wire[1], q.loadgen[1]),
+                cell(q.wire[2], q.loadgen[2]),
                 t[0],
                 t[1],
                 t[2],
@@ -107,7 +120,7 @@ type Tail = [f64; 3];
 
 struct QdlTail {
     wire: Tail,
-    total: Tail,
+    loadgen: Tail,
 }
 
 /// One Server run at `qps` for `secs`: its breakdown's tails.
@@ -135,9 +148,22 @@ fn server(loadgen: &Path, sut: &str, qps: f64, secs: f64) -> QdlTail {
                 / 1e3
         })
     };
+    let summary = out.join("mlperf_log_summary.txt");
+    let summary =
+        std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{}: {e}", summary.display()));
+    let percentile = |p: &str| -> f64 {
+        let key = format!("{p} percentile latency (ns)");
+        summary
+            .lines()
+            .find(|l| l.starts_with(&key))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {key} in the summary"))
+            / 1e3
+    };
     let t = QdlTail {
         wire: tail("wire_and_qdl"),
-        total: tail("total"),
+        loadgen: ["50.00", "99.00", "99.90"].map(percentile),
     };
     let _ = std::fs::remove_dir_all(&out);
     t
@@ -149,7 +175,12 @@ fn qdl_run(loadgen: &Path, sut: &str, scenario: &str, out: &PathBuf) -> Command 
         .args(["--scenario", scenario, "--mode", "PerformanceOnly"])
         .arg("--sample-bytes")
         .arg(BYTES.to_string())
-        .args(["--total-sample-count", "256", "--performance-sample-count", "256"])
+        .args([
+            "--total-sample-count",
+            "256",
+            "--performance-sample-count",
+            "256",
+        ])
         .arg("--connections-per-node")
         .arg(CONNECTIONS.to_string())
         // The run's length follows from target_qps and min_duration.
@@ -177,10 +208,9 @@ fn raw_tcp(floor: &Path, qps: f64, secs: f64) -> Tail {
         .stdout(Stdio::piped())
         .spawn()
         .expect("tcp-floor serve starts");
+    let mut serve_out = BufReader::new(serve.stdout.take().expect("piped stdout"));
     let mut line = String::new();
-    BufReader::new(serve.stdout.take().expect("piped stdout"))
-        .read_line(&mut line)
-        .expect("tcp-floor's port");
+    serve_out.read_line(&mut line).expect("tcp-floor's port");
     let port: u16 = line
         .trim()
         .rsplit(':')
@@ -195,8 +225,9 @@ fn raw_tcp(floor: &Path, qps: f64, secs: f64) -> Tail {
         .args(["--rate", &format!("{qps:.1}")])
         .output()
         .expect("tcp-floor send runs");
-    // Its stdin closes: it ends.
+    // Its stdin closes: it prints its counts and ends.
     drop(serve.stdin.take());
+    let _ = std::io::copy(&mut serve_out, &mut std::io::sink());
     let _ = serve.wait();
     assert!(
         o.status.success(),
