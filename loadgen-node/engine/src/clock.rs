@@ -57,7 +57,7 @@ impl Clock for MonoClock {
     /// running most of the time, taking half of a 2-core host, and each
     /// QDL wake-up had to wait for a core.
     fn wait_until(&self, due: i64, stop: &dyn Fn() -> bool) -> i64 {
-        const YIELD_NS: i64 = 250_000;
+        const YIELD_NS: i64 = 100_000;
         fine_timer_slack();
         loop {
             let now = self.now_ns();
