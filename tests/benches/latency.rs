@@ -25,10 +25,10 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use std::io::{BufRead, BufReader};
 use tests::{detail_value, scratch, text, SutNode};
 
 const BYTES: usize = 602_112;
