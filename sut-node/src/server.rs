@@ -166,6 +166,7 @@ pub async fn serve_on(
     if let Some(endpoint) = endpoints.quic {
         servers.spawn(crate::quic::serve(endpoint, Arc::clone(&node)));
     }
+    crate::memory::reuse_freed_buffers();
     tokio::spawn(crate::memory::give_back_after_bursts(stop_rx.clone()));
 
     let result = tokio::select! {

@@ -69,6 +69,7 @@ fn the_breakdown_shows_each_nodes_compute_and_leaves_the_logs_alone() {
     for part in ["node_queue", "node_send", "qdl_decode"] {
         let p = &slow[part];
         assert!(p["p50"].as_u64() <= p["p99"].as_u64() && p["p99"].as_u64() <= p["max"].as_u64());
+        assert!(p["p99"].as_u64() <= p["p999"].as_u64() && p["p999"].as_u64() <= p["max"].as_u64());
         assert!(ms(&p["p50"]) < total, "{part}: {file}");
     }
 
