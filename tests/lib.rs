@@ -69,7 +69,20 @@ impl SutNode {
 
     /// `start`, listening on `listen` (`host:port`; port 0 picks one).
     pub fn start_at(listen: &str, name: &str, extra: &[&str]) -> SutNode {
-        let mut child = Command::new(binary("sut-node"))
+        Self::spawn(Command::new(binary("sut-node")), listen, name, extra)
+    }
+
+    /// `start`, with the node's threads kept to the CPUs of `cpus`
+    /// (`taskset`'s list, e.g. `1-3`): for benches that keep the two ends
+    /// of the network on separate cores, as on separate hosts.
+    pub fn start_on_cpus(cpus: &str, name: &str, extra: &[&str]) -> SutNode {
+        let mut taskset = Command::new("taskset");
+        taskset.args(["-c", cpus]).arg(binary("sut-node"));
+        Self::spawn(taskset, "127.0.0.1:0", name, extra)
+    }
+
+    fn spawn(mut command: Command, listen: &str, name: &str, extra: &[&str]) -> SutNode {
+        let mut child = command
             .args(["serve", "--listen", listen, "--name", name])
             .args(["--backend", "synthetic"])
             .env("RUST_LOG", "warn")

@@ -236,14 +236,16 @@ pub struct Sizing {
 
 impl Sizing {
     /// Sizes what is not `given` to a host of `cores` cores driving `nodes`
-    /// nodes. One core is left to the LoadGen's issuing thread, and the
-    /// network gets the rest, with at least as many connections as threads
-    /// (a connection's work runs on one thread at a time), 2 to
-    /// [`MAX_SIZED_CONNECTIONS_PER_NODE`] per node, and no more threads
-    /// than connections. On 2 cores that is one thread and two connections
-    /// per node: a second thread only competes with the issuing thread
-    /// there (measured: p99 added latency at 50 k QPS 0.8 ms with one
-    /// thread, 1.0 ms with two; see docs/performance.md).
+    /// nodes. One core is left to the LoadGen's issuing thread and the
+    /// network gets the rest, but at least two threads where there are two
+    /// cores: with one, a connection's write of a large sample held up the
+    /// other connections and every answer (p99 added latency of ResNet50
+    /// inputs at half the path's throughput 9 to 10 ms with one thread, 2.5
+    /// to 7 ms with two, on 2 cores; see docs/performance.md), and the
+    /// issuing thread sleeps between queries. At least as many connections
+    /// as threads (a connection's work runs on one thread at a time), 2 to
+    /// [`MAX_SIZED_CONNECTIONS_PER_NODE`] per node, and no more threads than
+    /// connections.
     pub fn for_host(
         cores: usize,
         nodes: usize,
@@ -258,7 +260,8 @@ impl Sizing {
                 .div_ceil(nodes)
                 .clamp(2, MAX_SIZED_CONNECTIONS_PER_NODE)
         });
-        let threads = given_threads.unwrap_or_else(|| spare.min(nodes * connections));
+        let threads =
+            given_threads.unwrap_or_else(|| spare.max(cores.min(2)).min(nodes * connections));
         Self {
             io_threads: threads,
             connections_per_node: connections,
@@ -437,11 +440,12 @@ mod tests {
             let s = Sizing::for_host(cores, nodes, None, None);
             (s.io_threads, s.connections_per_node)
         };
-        // Today's measured choice on small hosts.
+        // Two threads wherever there are two cores.
         assert_eq!(sized(1, 1), (1, 2));
-        assert_eq!(sized(2, 1), (1, 2));
-        assert_eq!(sized(2, 8), (1, 2));
+        assert_eq!(sized(2, 1), (2, 2));
+        assert_eq!(sized(2, 8), (2, 2));
         assert_eq!(sized(3, 1), (2, 2));
+        assert_eq!(sized(4, 1), (3, 3));
         // A connection per network thread, spread over the nodes.
         assert_eq!(sized(16, 1), (15, 15));
         assert_eq!(sized(16, 4), (15, 4));

@@ -263,7 +263,8 @@ pub struct RunArgs {
 
     /// Threads of the QDL's network runtime, 1 to 1024 [default: sized to
     /// the host: one per core but one, left to the LoadGen's issuing thread,
-    /// and no more than the connections; 1 on a host of 2 cores].
+    /// at least 2 (on a host of 2 cores or more), and no more than the
+    /// connections].
     #[arg(long, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=qdl::MAX_IO_THREADS as u64))]
     pub qdl_threads: Option<usize>,
