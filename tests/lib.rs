@@ -398,6 +398,34 @@ pub fn build_release_with(extra: &[&str]) -> PathBuf {
     binary("loadgen-node")
 }
 
+/// For the benches: the arguments of a loadgen-node run of synthetic
+/// samples of `sample_bytes` against `sut` (ResNet50's settings,
+/// PerformanceOnly, logs in `out`), its length set by `target_qps` and
+/// `min_duration` alone (`min_query_count=1`); a pool of 256 large samples
+/// or 1,024 small ones.
+pub fn synthetic_run_args<'a>(
+    cmd: &'a mut Command,
+    sut: &str,
+    scenario: &str,
+    sample_bytes: usize,
+    out: &Path,
+) -> &'a mut Command {
+    let pool = if sample_bytes > 100_000 {
+        "256"
+    } else {
+        "1024"
+    };
+    cmd.args(["--sut", sut, "--model", "resnet50"])
+        .args(["--scenario", scenario, "--mode", "PerformanceOnly"])
+        .arg("--sample-bytes")
+        .arg(sample_bytes.to_string())
+        .args(["--total-sample-count", pool])
+        .args(["--performance-sample-count", pool])
+        .args(["--set", "min_query_count=1"])
+        .args(["--no-trace", "--output-dir"])
+        .arg(out)
+}
+
 /// For the benches: CPU seconds (user and system) the process `pid` has
 /// used so far.
 pub fn cpu_secs(pid: i32) -> f64 {

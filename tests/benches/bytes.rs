@@ -287,27 +287,15 @@ impl Bench {
         let least = if case.bytes > 64 << 20 { 6.0 } else { 64.0 };
         let samples = ((4e9 / 8.0 / case.bytes as f64) * self.secs).max(least);
         let out = scratch(&format!("bytes-{}-{}", case.name, way.label));
-        let pool = if case.sample_bytes > 100_000 {
-            "256"
-        } else {
-            "1024"
-        };
         let mut cmd = Command::new(&self.loadgen);
-        cmd.args(["--sut", &way.sut, "--model", "resnet50"])
-            .args(["--scenario", "Offline", "--mode", "PerformanceOnly"])
-            .arg("--sample-bytes")
-            .arg(case.sample_bytes.to_string())
-            .args(["--total-sample-count", pool])
-            .args(["--performance-sample-count", pool])
+        tests::synthetic_run_args(&mut cmd, &way.sut, "Offline", case.sample_bytes, &out)
             .args(["--input-codec", case.codec])
             .args(&way.flags)
             // Offline issues target_qps x min_duration x 1.1 samples (the
             // rules' 24,576 at least, unless min_query_count says less).
-            .args(["--set", "min_duration=1000", "--set", "min_query_count=1"])
+            .args(["--set", "min_duration=1000"])
             .arg("--set")
-            .arg(format!("target_qps={:.0}", samples / 1.1))
-            .args(["--no-trace", "--output-dir"])
-            .arg(&out);
+            .arg(format!("target_qps={:.0}", samples / 1.1));
         if let Some(a) = case.answer_bytes {
             cmd.arg("--max-answer-bytes").arg((2 * a).to_string());
         }

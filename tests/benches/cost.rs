@@ -149,22 +149,14 @@ impl Bench {
     /// One Offline run of about `samples` samples.
     fn qdl_run(&self, way: &Way, case: &Case, samples: f64) -> Run {
         let out = scratch(&format!("cost-{}-{}", case.name, way.label));
-        let pool = if case.bytes > 100_000 { "256" } else { "1024" };
         let mut cmd = Command::new(&self.loadgen);
-        cmd.args(["--sut", &way.sut, "--model", "resnet50"])
-            .args(["--scenario", "Offline", "--mode", "PerformanceOnly"])
-            .arg("--sample-bytes")
-            .arg(case.bytes.to_string())
-            .args(["--total-sample-count", pool])
-            .args(["--performance-sample-count", pool])
+        tests::synthetic_run_args(&mut cmd, &way.sut, "Offline", case.bytes, &out)
             .args(&way.flags)
             // Offline runs target_qps x min_duration x 1.1 samples, with
             // min_query_count=1 that and no more.
-            .args(["--set", "min_duration=1000", "--set", "min_query_count=1"])
+            .args(["--set", "min_duration=1000"])
             .arg("--set")
-            .arg(format!("target_qps={:.0}", (samples / 1.1).max(1.0)))
-            .args(["--no-trace", "--output-dir"])
-            .arg(&out);
+            .arg(format!("target_qps={:.0}", (samples / 1.1).max(1.0)));
         let node0 = cpu_secs(way.node.pid());
         let lg0 = children_cpu_secs();
         let o = cmd.output().expect("loadgen-node runs");

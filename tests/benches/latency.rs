@@ -236,24 +236,11 @@ impl Ends<'_> {
         t
     }
 
-    fn qdl_run(&self, sut: &str, scenario: &str, out: &PathBuf) -> Command {
+    fn qdl_run(&self, sut: &str, scenario: &str, out: &Path) -> Command {
         let mut cmd = on(&self.layout.loadgen_cpus, self.loadgen);
-        cmd.args(["--sut", sut, "--model", "resnet50"])
-            .args(["--scenario", scenario, "--mode", "PerformanceOnly"])
-            .arg("--sample-bytes")
-            .arg(BYTES.to_string())
-            .args([
-                "--total-sample-count",
-                "256",
-                "--performance-sample-count",
-                "256",
-            ])
+        tests::synthetic_run_args(&mut cmd, sut, scenario, BYTES, out)
             .arg("--connections-per-node")
-            .arg(CONNECTIONS.to_string())
-            // The run's length follows from target_qps and min_duration.
-            .args(["--set", "min_query_count=1"])
-            .args(["--no-trace", "--output-dir"])
-            .arg(out);
+            .arg(CONNECTIONS.to_string());
         cmd
     }
 
