@@ -102,8 +102,7 @@ fn out_of_range_options_are_refused_naming_them() {
 
 #[test]
 fn a_config_value_of_the_wrong_type_names_file_and_line() {
-    let dir = std::env::temp_dir().join(format!("sut-node-options-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = testkit::Scratch::new("sut-node-options");
     let path = dir.join("node.toml");
     std::fs::write(&path, "backend = \"synthetic\"\nheartbeat_ms = -5\n").unwrap();
     let (code, err) = sut_node(&["serve", "--config", path.to_str().unwrap()]);
@@ -112,7 +111,6 @@ fn a_config_value_of_the_wrong_type_names_file_and_line() {
         err.contains(&format!("{}:2: key `heartbeat_ms`", path.display())),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -126,12 +124,10 @@ fn the_former_name_of_server_url_still_works() {
     let (code, err) = sut_node(&["serve", "--backend", "kserve", "--upstream", "h:1"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("needs --model-name NAME"), "{err}");
-    let dir = std::env::temp_dir().join(format!("sut-node-alias-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = testkit::Scratch::new("sut-node-alias");
     let path = dir.join("node.toml");
     std::fs::write(&path, "backend = \"openai\"\nupstream = \"http://h:1\"\n").unwrap();
     let (code, err) = sut_node(&["serve", "--config", path.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("needs --model-name NAME"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

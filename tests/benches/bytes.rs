@@ -275,7 +275,7 @@ struct Bench {
     secs: f64,
     /// Bytes of each raw transfer.
     raw_bytes: usize,
-    certs: PathBuf,
+    certs: tests::Scratch,
 }
 
 impl Bench {
@@ -441,7 +441,7 @@ fn receiver(role: &str, env: &[(&str, &Path)]) -> (Child, u16) {
 
 /// A self-signed certificate for `localhost`, as DER files in a scratch
 /// directory.
-fn write_certs() -> PathBuf {
+fn write_certs() -> tests::Scratch {
     let dir = scratch("bytes-certs");
     let cert =
         rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");

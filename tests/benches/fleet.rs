@@ -43,7 +43,13 @@ impl Bench {
     }
 
     /// One PerformanceOnly run; returns its output directory and usage.
-    fn run(&self, sut: &str, scenario: &str, sets: &[String], tag: &str) -> (PathBuf, Usage) {
+    fn run(
+        &self,
+        sut: &str,
+        scenario: &str,
+        sets: &[String],
+        tag: &str,
+    ) -> (tests::Scratch, Usage) {
         let out = scratch(&format!("fleet-bench-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", scenario])

@@ -50,7 +50,7 @@ impl Bench {
         }
     }
 
-    fn server(&self, sut: &str, qps: f64, secs: u64, extra: &[&str], tag: &str) -> PathBuf {
+    fn server(&self, sut: &str, qps: f64, secs: u64, extra: &[&str], tag: &str) -> tests::Scratch {
         let out = scratch(&format!("bench-observe-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", "Server"])

@@ -36,7 +36,7 @@ impl Bench {
         }
     }
 
-    fn run(&self, setup: &Setup<'_>, scenario: &str, sets: &[String], tag: &str) -> PathBuf {
+    fn run(&self, setup: &Setup<'_>, scenario: &str, sets: &[String], tag: &str) -> tests::Scratch {
         let out = scratch(&format!("bench-official-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--engine", setup.engine, "--sut", setup.sut])

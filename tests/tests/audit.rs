@@ -121,7 +121,9 @@ fn official_test04(root: &Path, dir: &Path) -> String {
 fn test01_and_test04_agree_with_the_official_scripts() {
     let node = SutNode::start("audit", &["--service-time", "fixed:50000"]);
     let fast = SutNode::start("audit-fast", &["--service-time", "fixed:10000"]);
-    let dir = scratch("audit-t01");
+    // The tree, and beside it (in the same scratch) the runs' own files.
+    let scratch = scratch("audit-t01");
+    let dir = scratch.join("tree");
     let common = SHORT.to_vec();
 
     // Passing: the reference runs are made, then the audits. The answers
@@ -289,7 +291,8 @@ fn test06_agrees_with_the_official_script() {
         "200",
     ];
     for (node, passes) in [(&good, true), (&bad, false)] {
-        let dir = scratch(&format!("audit-t06-{}", node.name));
+        let scratch = scratch(&format!("audit-t06-{}", node.name));
+        let dir = scratch.join("tree");
         let o = audit("TEST06", node, &dir, &flags);
         let ours = text(&o.stdout);
         assert_eq!(

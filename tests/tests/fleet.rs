@@ -32,7 +32,7 @@ fn fleet(prefix: &str, n: usize) -> Vec<SutNode> {
 }
 
 /// A Server run through `sut`; returns its output directory and usage.
-fn server_run(sut: &str, tag: &str) -> (std::path::PathBuf, Usage) {
+fn server_run(sut: &str, tag: &str) -> (tests::Scratch, Usage) {
     let out = scratch(tag);
     let child = Command::new(binary("loadgen-node"))
         .args([

@@ -151,11 +151,7 @@ fn a_run_stays_valid_beside_a_hostile_client() {
 
 /// A Server run of `loadgen-node` against `node` with `extra` flags; its
 /// output and logs' directory.
-fn server_run(
-    node: &SutNode,
-    tag: &str,
-    extra: &[&str],
-) -> (std::process::Output, std::path::PathBuf) {
+fn server_run(node: &SutNode, tag: &str, extra: &[&str]) -> (std::process::Output, tests::Scratch) {
     let out = scratch(tag);
     let sut = sut_list(std::slice::from_ref(node));
     let mut args = vec![

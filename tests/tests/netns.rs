@@ -226,7 +226,7 @@ impl NetNode {
 struct Lab {
     prefix: String,
     namespaces: Vec<String>,
-    dir: PathBuf,
+    dir: tests::Scratch,
     nodes: Vec<Option<NetNode>>,
     /// Node processes started so far (names their log files).
     started: usize,
