@@ -106,7 +106,7 @@ fn a_config_value_of_the_wrong_type_names_file_and_line() {
     let path = dir.join("node.toml");
     std::fs::write(&path, "backend = \"synthetic\"\nheartbeat_ms = -5\n").unwrap();
     let (code, err) = sut_node(&["serve", "--config", path.to_str().unwrap()]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!("{}:2: key `heartbeat_ms`", path.display())),
         "{err}"

@@ -14,7 +14,10 @@ pub mod llm;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod openai;
+mod spec;
 pub mod synthetic;
+
+pub use spec::{build, BackendSpec, BuildError};
 
 /// A sample's final answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
