@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests: the workspace's binaries started
 //! as real processes on 127.0.0.1, and readers of the logs they leave.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed expectation is the calling test's failure
 
 pub mod collector;
 pub mod hostile;
@@ -487,8 +488,9 @@ fn stat_cpu_secs(path: &str) -> f64 {
 /// For the benches: CPU seconds used by this process's finished children so
 /// far.
 pub fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes only the struct it is given.
+    // SAFETY: rusage is plain data, for which all zeros is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only the struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(u.ru_utime) + secs(u.ru_stime)
@@ -671,6 +673,7 @@ pub fn loadgen_measured(args: &[&str]) -> (Output, u64) {
     // child's, not yet waited for.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let pid = child.id() as libc::pid_t;
+    // SAFETY: both pointers are to live locals the kernel fills in.
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
     use std::os::unix::process::ExitStatusExt;

@@ -1,6 +1,7 @@
 //! sut-node's exit statuses are the shared scheme's (`facts::exit`, the one
 //! loadgen-node uses too): refused flags and a node that does not answer
 //! are errors (1), help and a ready node are done (0).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,6 +1,7 @@
 //! `sut-node` options that are out of range fail at once with a message
 //! naming the option (and the file and line for --config), never a panic,
 //! an allocation abort or an endless read.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::process::Command;
 

@@ -28,7 +28,7 @@
 //! first). BENCH_QUICK=1 shortens every run; BENCH_CASES=name,name picks
 //! cases (r50-fp32, r50-u8, bert, unet-answer, unet-answer-lz4, r50-lz4,
 //! r50-zstd, r50-quic-conns, wan-answer).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};

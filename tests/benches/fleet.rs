@@ -16,7 +16,7 @@
 //! BENCH_QUICK=1 shortens every run; BENCH_ONLY=offline or latency runs one
 //! part. The latencies mean something only on a quiet machine: the null
 //! SUT's own p99, printed beside them, shows how quiet it was.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};

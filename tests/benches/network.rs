@@ -17,7 +17,7 @@
 //! `cargo bench -p tests --bench network` (builds the release binaries
 //! first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency,
 //! throughput or cpu runs one part.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! `cargo bench -p tests --bench transports` (builds the release
 //! binaries first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency or
 //! BENCH_ONLY=throughput runs one half.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};

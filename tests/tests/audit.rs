@@ -3,6 +3,7 @@
 //! that pass and on runs made to fail. With MLPERF_INFERENCE_DIR set to a
 //! checkout of mlcommons/inference (and python3 with numpy), the official
 //! verification scripts must reach the same verdicts, line for line.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,6 +1,7 @@
 //! The openai backend against a real OpenAI-compatible server: llama.cpp's
 //! (through llama-cpp-python) with SmolLM2. Needs
 //! `tests/backends/setup-openai.sh`; run by `tests/backends/run.sh`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 mod servers;
 

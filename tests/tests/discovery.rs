@@ -7,6 +7,7 @@
 //! whose /etc/resolv.conf names that server, so it resolves them through the
 //! host's own resolver as in any deployment. It skips, saying why, where any
 //! of these is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};

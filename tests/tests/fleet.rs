@@ -3,6 +3,7 @@
 //! least-outstanding dispatch spreads the samples evenly, a node killed
 //! among them ends the run INVALID naming it, and loadgen-node's memory and
 //! threads per node are measured against a run through one node.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -5,6 +5,7 @@
 //! compressed inputs that each decode to the input limit, and connections
 //! that start no session filling every place. The node's memory stays
 //! bounded meanwhile.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::time::{Duration, Instant};
 

@@ -19,6 +19,7 @@
 //! of the code: every module of a product crate's root is named in a table
 //! row of that crate's section, and where a table lists modules "from the
 //! top layer down", no module uses one listed above it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

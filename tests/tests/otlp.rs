@@ -2,6 +2,7 @@
 //! sut-node, both with `--otlp`, export to an OTLP collector run by the
 //! test (the real OTLP protobufs, decoded), and a traced sample's spans form
 //! one tree from the QDL's send to the node's answer.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

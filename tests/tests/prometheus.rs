@@ -2,6 +2,7 @@
 //! answering queries about them through its HTTP API. Runs where
 //! PROMETHEUS_BIN names the Prometheus binary (tests/prometheus/run.sh
 //! installs Debian's and sets it); skipped otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

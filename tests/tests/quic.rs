@@ -1,5 +1,6 @@
 //! loadgen-node driving real sut-node processes over QUIC, over TLS gRPC, and
 //! over both in one run; certificate pinning, CA checks and mutual TLS.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

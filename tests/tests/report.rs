@@ -3,6 +3,7 @@
 //! directory (`loadgen-node report DIR`). Runs where CHROMIUM_BIN names a
 //! Chromium (tests/report/run.sh installs Debian's and sets it); skipped
 //! otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::process::Command;
 

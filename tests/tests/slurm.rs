@@ -3,6 +3,7 @@
 //! tests/slurm/run.sh configures, starts and passes here as
 //! MLPN_SLURM_CONF). Four sut-nodes per host, one per task, as one per GPU
 //! would be. Skipped, saying so, without that variable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};

@@ -1,5 +1,6 @@
 //! tcp-floor: what `send` counts as answered is what it sent, and what
 //! `serve` counts as read, in both loops and over several connections.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};

@@ -23,6 +23,7 @@
 //! | `BENCH_KEEP_LOGS=1`        | off                | keep the MLPerf logs and print where      |
 //!
 //! Values in parentheses are the `BENCH_QUICK=1` defaults.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -1,5 +1,6 @@
 //! Config files and the settings records of the detail log, checked against
 //! the recorded outcomes of the reference LoadGen (tests/data/conformance).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 

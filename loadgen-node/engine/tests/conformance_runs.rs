@@ -3,6 +3,7 @@
 //! compares what must be identical: the accuracy log, the ordered detail keys
 //! and their deterministic values, the summary of accuracy runs and the
 //! parameter block of performance runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,7 @@
 //! dies, SubmissionRun, and the trace's JSON. The timing rules (schedules,
 //! stop rules, coalescing, FindPeakPerformance) are tested in virtual time,
 //! in virtual_time.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,6 +2,7 @@
 //! answers each sample at a virtual time of its model, the issuing loop waits
 //! on a `VirtualClock`, and a ten-second run takes milliseconds and does the
 //! same thing every time, however loaded the machine.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

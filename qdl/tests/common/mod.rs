@@ -1,7 +1,7 @@
 //! An in-process fake sut-node (a small tonic server on 127.0.0.1:0) whose
 //! misbehaviours are switched on per test, a data set, and a helper that runs
 //! a whole LoadGen test against a `Qdl`.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

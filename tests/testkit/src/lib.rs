@@ -12,6 +12,7 @@
 //!
 //! The suite's runner (`tests/run.sh`) points `TMPDIR` at one directory per
 //! run and checks that the tests left nothing in it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed expectation is the calling test's failure
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Real inference servers for the forwarding backends' tests: started as a
 //! process group, killed with it when dropped (also when a test fails).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
