@@ -10,11 +10,12 @@ pub enum Exit {
     /// not (the summary says which).
     Done,
     /// An error stopped it before or outside a run (bad flags or files, no
-    /// sut-node reachable); stderr says which.
+    /// sut-node reachable, a node that refused the session, a run that does
+    /// not fit the host's memory or disk); stderr says which.
     Error,
-    /// The run failed: a node died or misbehaved. Its logs are marked
-    /// (native: the detail log's error; official: `*.failed-run` and
-    /// `RUN_FAILED.txt`).
+    /// The run failed: a node died or misbehaved, or the disk filled. Its
+    /// logs are marked (native: the detail log's error; official:
+    /// `*.failed-run` and `RUN_FAILED.txt`).
     RunFailed,
     /// A logged answer is not the synthetic backend's answer for its sample
     /// (`--verify-synthetic`, `check-synthetic`).
