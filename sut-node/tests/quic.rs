@@ -231,6 +231,7 @@ async fn control_requests_and_the_infer_stream() {
                 model: "resnet50".into(),
                 scenario: "Server".into(),
                 input_codec: 0,
+                ..Default::default()
             },
         )
         .await;
@@ -244,6 +245,7 @@ async fn control_requests_and_the_infer_stream() {
                 model: "m".into(),
                 scenario: "Nope".into(),
                 input_codec: 0,
+                ..Default::default()
             },
         )
         .await;
@@ -266,6 +268,7 @@ async fn control_requests_and_the_infer_stream() {
                 model: "m".into(),
                 scenario: "Offline".into(),
                 input_codec: 0,
+                ..Default::default()
             },
         )
         .await;

@@ -161,6 +161,7 @@ fn session(model: &str, scenario: &str) -> SessionRequest {
         model: model.into(),
         scenario: scenario.into(),
         input_codec: Codec::None as i32,
+        ..Default::default()
     }
 }
 

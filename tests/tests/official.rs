@@ -860,3 +860,35 @@ fn an_official_run_whose_disk_fills_ends_at_once_marked_failed() {
     assert!(out.join("mlperf_log_detail.txt.failed-run").is_file());
     assert!(!out.join(".loadgen-node-disk-reserve").exists());
 }
+
+#[test]
+fn the_official_engine_refuses_an_llm_session_with_a_node_that_answers_without_tokens() {
+    let plain = SutNode::start("official-no-tokens", &[]);
+    let out = scratch("official-no-tokens");
+    let o = loadgen(&[
+        "--engine",
+        "official",
+        "--sut",
+        &plain.addr,
+        "--model",
+        "llama3.1-8b",
+        "--sample-bytes",
+        "64",
+        "--total-sample-count",
+        "32",
+        "--no-trace",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "sut-node {} (name official-no-tokens): session refused",
+            plain.addr
+        )) && err.contains("judged on token latencies"),
+        "{err}"
+    );
+    assert!(!out.join("mlperf_log_detail.txt").exists());
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -509,6 +509,10 @@ fn network_plan(
     performance_samples: usize,
 ) -> Result<NetworkPlan> {
     let model = test.model.as_str();
+    // Nodes whose answers carry no token counts refuse such a session.
+    let token_latencies = test
+        .effective(data.total(), performance_samples)
+        .use_token_latencies;
     let tls = args.tls.client_tls()?;
     if args.tls.tls_insecure {
         eprintln!(
@@ -532,6 +536,7 @@ fn network_plan(
             .unwrap_or_else(|| default_max_answer_bytes(model)),
         io_threads: args.qdl_threads,
         max_in_flight: args.max_in_flight,
+        token_latencies,
         ..QdlConfig::default()
     };
     Ok(NetworkPlan {
