@@ -697,6 +697,106 @@ pub fn ends_soon(mut child: Child) -> (Option<i32>, String) {
     (o.status.code(), text(&o.stderr))
 }
 
+/// Nodes that cannot be found: a run that looked for them would wait (up
+/// to the ready timeout) for a DNS name that never resolves.
+pub const NOWHERE: &[&str] = &[
+    "--sut",
+    "dns://nothing.invalid:50051?nodes=1",
+    "--ready-timeout",
+    "300",
+];
+
+/// Runs `loadgen-node` with `args` and nodes that cannot be found
+/// ([`NOWHERE`]): it must end at once, refused before looking them up. Its
+/// exit status and stderr.
+pub fn refused_before_lookup(args: &[&str]) -> (Option<i32>, String) {
+    let start = Instant::now();
+    let o = loadgen(&[NOWHERE, args].concat());
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "not refused at once: {}",
+        text(&o.stderr)
+    );
+    (o.status.code(), text(&o.stderr))
+}
+
+/// A dlrm-v3 run of `engine` holding 100 million samples at once (9.9 TB):
+/// refused at once with the figures and the ways out, nothing written.
+pub fn no_host_holds_this_data_set(engine: &str) {
+    let out = scratch(&format!("budget-memory-{engine}"));
+    let logs = out.join("logs");
+    let (code, err) = refused_before_lookup(&[
+        "--engine",
+        engine,
+        "--model",
+        "dlrm-v3",
+        "--total-sample-count",
+        "100000000",
+        "--performance-sample-count",
+        "100000000",
+        "--output-dir",
+        logs.to_str().expect("a UTF-8 path"),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    for part in [
+        "the run does not fit in this host's memory",
+        "its QSL holds 100,000,000 samples at once (9.9 TB, 98,752 bytes each)",
+        "of memory",
+        "available now",
+        "--performance-sample-count N",
+        "a dlrm-v3 submission needs 349,823",
+        "--sample-bytes N",
+    ] {
+        assert!(err.contains(part), "{engine}: {part:?} in {err}");
+    }
+    assert!(!logs.exists(), "nothing was written");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A llama3.1-8b run of `engine` on a synthetic node started without
+/// `--benchmark`: refused when the session opens, naming the node and the
+/// reason, no test started.
+pub fn an_llm_session_without_tokens_is_refused(engine: &str) {
+    let name = format!("no-tokens-{engine}");
+    let node = SutNode::start(&name, &[]);
+    let out = scratch(&name);
+    let start = Instant::now();
+    let o = loadgen(&[
+        "--engine",
+        engine,
+        "--sut",
+        &node.addr,
+        "--model",
+        "llama3.1-8b",
+        "--sample-bytes",
+        "64",
+        "--total-sample-count",
+        "32",
+        "--no-trace",
+        "--output-dir",
+        out.to_str().expect("a UTF-8 path"),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "not refused at once"
+    );
+    for part in [
+        format!("sut-node {} (name {name}): session refused", node.addr),
+        "a llama3_1-8b session is judged on token latencies".into(),
+        "synthetic backend answers without tokens".into(),
+        "--benchmark llama3_1-8b".into(),
+    ] {
+        assert!(err.contains(&part), "{engine}: {part:?} in {err}");
+    }
+    assert!(
+        !out.join("mlperf_log_detail.txt").exists(),
+        "no test was started"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// A small filesystem of its own (a tmpfs) for a test that fills a disk,
 /// mounted in a scratch directory and unmounted, with the directory
 /// removed, when dropped.

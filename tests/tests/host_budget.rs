@@ -6,65 +6,15 @@
 //! engine; the official one's are in official.rs. The small disks are
 //! tmpfs mounts, made only as root (as in CI).
 
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
 use tests::{
-    detail_is_intact, detail_value, ends_soon, loadgen, long_server_run, scratch, text, SmallDisk,
-    SutNode,
+    detail_is_intact, detail_value, ends_soon, loadgen, long_server_run, refused_before_lookup,
+    scratch, text, SmallDisk, SutNode,
 };
-
-/// Nodes that cannot be found: a run that looked for them would wait (up
-/// to the ready timeout) for a DNS name that never resolves.
-const NOWHERE: &[&str] = &[
-    "--sut",
-    "dns://nothing.invalid:50051?nodes=1",
-    "--ready-timeout",
-    "300",
-];
-
-/// Runs `loadgen-node` with `args` and the nodes that cannot be found; it
-/// must end at once.
-fn refused(args: &[&str]) -> (Option<i32>, String) {
-    let start = Instant::now();
-    let o = loadgen(&[NOWHERE, args].concat());
-    assert!(
-        start.elapsed() < Duration::from_secs(60),
-        "not refused at once: {}",
-        text(&o.stderr)
-    );
-    (o.status.code(), text(&o.stderr))
-}
 
 #[test]
 fn a_data_set_the_host_cannot_hold_is_refused_before_any_node_is_looked_up() {
-    let out = scratch("budget-memory");
-    let logs = out.join("logs");
-    // dlrm-v3's samples, 100 million of them held at once: 9.9 TB.
-    let (code, err) = refused(&[
-        "--model",
-        "dlrm-v3",
-        "--total-sample-count",
-        "100000000",
-        "--performance-sample-count",
-        "100000000",
-        "--output-dir",
-        logs.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(1), "{err}");
-    for part in [
-        "the run does not fit in this host's memory",
-        "its QSL holds 100,000,000 samples at once (9.9 TB, 98,752 bytes each)",
-        "of memory",
-        "available now",
-        "--performance-sample-count N",
-        "a dlrm-v3 submission needs 349,823",
-        "--sample-bytes N",
-    ] {
-        assert!(err.contains(part), "{part:?} in {err}");
-    }
-    assert!(!logs.exists(), "nothing was written");
-    std::fs::remove_dir_all(&out).unwrap();
+    tests::no_host_holds_this_data_set("native");
 }
 
 #[test]
@@ -72,7 +22,7 @@ fn logs_no_disk_can_hold_are_refused_before_any_node_is_looked_up() {
     let out = scratch("budget-disk");
     let logs = out.join("logs");
     // A million WAN-2.2 videos of 449,740,800 bytes, logged in hex.
-    let (code, err) = refused(&[
+    let (code, err) = refused_before_lookup(&[
         "--model",
         "wan-2.2-t2v-a14b",
         "--mode",
@@ -102,7 +52,7 @@ fn logs_a_small_disk_cannot_hold_are_refused_with_both_figures() {
     };
     let logs = disk.path().join("logs");
     // Ten stable-diffusion-xl images of 3,145,728 bytes: 62.9 MB in hex.
-    let (code, err) = refused(&[
+    let (code, err) = refused_before_lookup(&[
         "--model",
         "stable-diffusion-xl",
         "--mode",

@@ -803,35 +803,7 @@ fn both_engines_read_mlperf_conf_alike_for_every_model() {
 
 #[test]
 fn the_official_engine_refuses_a_data_set_the_host_cannot_hold_before_looking_up_nodes() {
-    let out = scratch("official-budget");
-    let logs = out.join("logs");
-    let start = Instant::now();
-    let o = loadgen(&[
-        "--engine",
-        "official",
-        "--sut",
-        "dns://nothing.invalid:50051?nodes=1",
-        "--ready-timeout",
-        "300",
-        "--model",
-        "dlrm-v3",
-        "--total-sample-count",
-        "100000000",
-        "--performance-sample-count",
-        "100000000",
-        "--output-dir",
-        logs.to_str().unwrap(),
-    ]);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(start.elapsed() < Duration::from_secs(60), "not at once");
-    assert!(
-        err.contains("the run does not fit in this host's memory")
-            && err.contains("its QSL holds 100,000,000 samples at once (9.9 TB"),
-        "{err}"
-    );
-    assert!(!logs.exists());
-    std::fs::remove_dir_all(&out).unwrap();
+    tests::no_host_holds_this_data_set("official");
 }
 
 /// The official LoadGen's logger goes on silently when a write fails (it
@@ -863,32 +835,5 @@ fn an_official_run_whose_disk_fills_ends_at_once_marked_failed() {
 
 #[test]
 fn the_official_engine_refuses_an_llm_session_with_a_node_that_answers_without_tokens() {
-    let plain = SutNode::start("official-no-tokens", &[]);
-    let out = scratch("official-no-tokens");
-    let o = loadgen(&[
-        "--engine",
-        "official",
-        "--sut",
-        &plain.addr,
-        "--model",
-        "llama3.1-8b",
-        "--sample-bytes",
-        "64",
-        "--total-sample-count",
-        "32",
-        "--no-trace",
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!(
-            "sut-node {} (name official-no-tokens): session refused",
-            plain.addr
-        )) && err.contains("judged on token latencies"),
-        "{err}"
-    );
-    assert!(!out.join("mlperf_log_detail.txt").exists());
-    std::fs::remove_dir_all(&out).unwrap();
+    tests::an_llm_session_without_tokens_is_refused("official");
 }
