@@ -20,8 +20,8 @@ use loadgen_engine::disk::{free_bytes, Reserve, RESERVE_BYTES};
 use loadgen_engine::footprint::{Footprint, LogBytes};
 
 /// The reserve file of a run (see `loadgen_engine::disk::Reserve`), in its
-/// extras directory: beside the logs of a single run, outside the tree of
-/// a submission plan's.
+/// extras directory: beside the logs of a single run, outside a submission
+/// plan's tree.
 pub const RESERVE_FILE: &str = ".loadgen-node-disk-reserve";
 
 /// The memory of the host, as far as this process may use it.
