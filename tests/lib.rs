@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use testkit::{ClosedPort, Scratch};
 
@@ -683,4 +683,220 @@ pub fn loadgen_measured(args: &[&str]) -> (Output, u64) {
         stderr: err.join().unwrap_or_default(),
     };
     (output, usage.ru_maxrss as u64 * 1024)
+}
+
+/// Starts a long Server run (20 s) of `engine` on `node` into `out`, with a
+/// trace, and returns it once it issues.
+pub fn long_server_run(node: &SutNode, out: &Path, engine: &str) -> Child {
+    let child = Command::new(binary("loadgen-node"))
+        .args(["--engine", engine, "--sut", &node.addr])
+        .args(["--model", "resnet50", "--sample-bytes", "64"])
+        .args([
+            "--total-sample-count",
+            "1000",
+            "--performance-sample-count",
+            "1000",
+        ])
+        .args(["--scenario", "Server", "--mode", "PerformanceOnly"])
+        .args(["--set", "target_qps=1500", "--set", "min_duration=20000"])
+        .args(["--set", "min_query_count=100", "--progress-interval", "0"])
+        .arg("--output-dir")
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("loadgen-node starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while detail_value(out, "generated_query_count").is_none() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Waits for a run that must end within 20 s (its disk filled, say); its
+/// exit status and stderr.
+pub fn ends_soon(mut child: Child) -> (Option<i32>, String) {
+    let since = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(20),
+            "the run did not end within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().expect("its output");
+    (o.status.code(), text(&o.stderr))
+}
+
+/// Nodes that cannot be found: a run that looked for them would wait (up
+/// to the ready timeout) for a DNS name that never resolves.
+pub const NOWHERE: &[&str] = &[
+    "--sut",
+    "dns://nothing.invalid:50051?nodes=1",
+    "--ready-timeout",
+    "300",
+];
+
+/// Runs `loadgen-node` with `args` and nodes that cannot be found
+/// ([`NOWHERE`]): it must end at once, refused before looking them up. Its
+/// exit status and stderr.
+pub fn refused_before_lookup(args: &[&str]) -> (Option<i32>, String) {
+    let start = Instant::now();
+    let o = loadgen(&[NOWHERE, args].concat());
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "not refused at once: {}",
+        text(&o.stderr)
+    );
+    (o.status.code(), text(&o.stderr))
+}
+
+/// A dlrm-v3 run of `engine` holding 100 million samples at once (9.9 TB):
+/// refused at once with the figures and the ways out, nothing written.
+pub fn no_host_holds_this_data_set(engine: &str) {
+    let out = scratch(&format!("budget-memory-{engine}"));
+    let logs = out.join("logs");
+    let (code, err) = refused_before_lookup(&[
+        "--engine",
+        engine,
+        "--model",
+        "dlrm-v3",
+        "--total-sample-count",
+        "100000000",
+        "--performance-sample-count",
+        "100000000",
+        "--output-dir",
+        logs.to_str().expect("a UTF-8 path"),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    for part in [
+        "the run does not fit in this host's memory",
+        "its QSL holds 100,000,000 samples at once (9.9 TB, 98,752 bytes each)",
+        "of memory",
+        "available now",
+        "--performance-sample-count N",
+        "a dlrm-v3 submission needs 349,823",
+        "--sample-bytes N",
+    ] {
+        assert!(err.contains(part), "{engine}: {part:?} in {err}");
+    }
+    assert!(!logs.exists(), "nothing was written");
+}
+
+/// A llama3.1-8b run of `engine` on a synthetic node started without
+/// `--benchmark`: refused when the session opens, naming the node and the
+/// reason, no test started.
+pub fn an_llm_session_without_tokens_is_refused(engine: &str) {
+    let name = format!("no-tokens-{engine}");
+    let node = SutNode::start(&name, &[]);
+    let out = scratch(&name);
+    let start = Instant::now();
+    let o = loadgen(&[
+        "--engine",
+        engine,
+        "--sut",
+        &node.addr,
+        "--model",
+        "llama3.1-8b",
+        "--sample-bytes",
+        "64",
+        "--total-sample-count",
+        "32",
+        "--no-trace",
+        "--output-dir",
+        out.to_str().expect("a UTF-8 path"),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "not refused at once"
+    );
+    for part in [
+        format!("sut-node {} (name {name}): session refused", node.addr),
+        "a llama3_1-8b session is judged on token latencies".into(),
+        "synthetic backend answers without tokens".into(),
+        "--benchmark llama3_1-8b".into(),
+    ] {
+        assert!(err.contains(&part), "{engine}: {part:?} in {err}");
+    }
+    assert!(
+        !out.join("mlperf_log_detail.txt").exists(),
+        "no test was started"
+    );
+}
+
+/// A small filesystem of its own (a tmpfs) for a test that fills a disk,
+/// mounted in a scratch directory and unmounted, with the directory
+/// removed, when dropped.
+pub struct SmallDisk {
+    // Held only to be removed once `drop` has unmounted the filesystem in it.
+    _dir: Scratch,
+    mount: PathBuf,
+}
+
+impl SmallDisk {
+    /// A tmpfs of `size` (mount's `size=` option: `16m`), or `None`, said
+    /// on stderr with what is skipped, where this process may not mount
+    /// one (it is not root).
+    pub fn mount(name: &str, size: &str, skipping: &str) -> Option<SmallDisk> {
+        let root = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|u| u.split_whitespace().next().map(|id| id == "0"))
+            })
+            .unwrap_or(false);
+        if !root {
+            eprintln!("not root, so no small filesystem can be mounted: skipping {skipping}");
+            return None;
+        }
+        let dir = scratch(name);
+        let mount = dir.join("disk");
+        std::fs::create_dir_all(&mount).expect("the mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mount)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "cannot mount a tmpfs on {}",
+            mount.display()
+        );
+        Some(SmallDisk { _dir: dir, mount })
+    }
+
+    /// The filesystem's root.
+    pub fn path(&self) -> &Path {
+        &self.mount
+    }
+
+    /// Fills the filesystem until `leave` bytes are left free, with a file
+    /// of its own.
+    pub fn fill_leaving(&self, leave: u64) {
+        use std::io::Write;
+        let free = loadgen_engine::disk::free_bytes(&self.mount).expect("free space");
+        let mut f = std::fs::File::create(self.mount.join("filler")).expect("the filler");
+        let block = vec![0x5a; 1 << 16];
+        let mut left = free.saturating_sub(leave);
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            if f.write_all(&block[..n]).is_err() {
+                break;
+            }
+            left -= n as u64;
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+    }
 }

@@ -206,6 +206,10 @@ pub struct QdlConfig {
     /// small, where the node's flow-control windows (sized in bytes) would
     /// not.
     pub max_in_flight: u64,
+    /// The session is judged on token latencies (mlperf.conf's
+    /// `use_token_latencies`): nodes whose answers carry no token counts
+    /// refuse it.
+    pub token_latencies: bool,
     /// Why the benchmark's answers may not travel compressed, if the rules
     /// say so: a node with an output codec is then refused at connection.
     pub answer_compression_refused: Option<String>,
@@ -298,6 +302,7 @@ impl Default for QdlConfig {
             tls: None,
             io_threads: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            token_latencies: false,
             answer_compression_refused: None,
         }
     }

@@ -137,6 +137,7 @@ impl Qdl {
             model: config.model.clone(),
             scenario: config.scenario.clone(),
             input_codec: config.input_codec as i32,
+            token_latencies: config.token_latencies,
         };
         let opened = block_on(
             runtime,

@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
-use crate::backend::BackendError;
+use crate::backend::{Backend, BackendError, SessionNeeds};
 use crate::codec;
 use crate::infer::DataPath;
 use crate::listen::Slots;
@@ -50,6 +50,8 @@ pub(crate) struct Node {
     /// What the Infer streams share (settings included).
     pub(crate) data: Arc<DataPath>,
     pub(crate) backend_name: String,
+    /// Asked whether it can answer each session.
+    backend: Arc<dyn Backend>,
     /// Set once the backend has warmed up.
     pub(crate) ready: AtomicBool,
     /// Numbers the Infer streams in the logs.
@@ -75,11 +77,12 @@ pub(crate) struct OverQuic;
 const MAX_REFUSED_PEERS: usize = 4096;
 
 impl Node {
-    pub(crate) fn new(data: Arc<DataPath>, backend_name: String, describe: bool) -> Self {
+    pub(crate) fn new(data: Arc<DataPath>, backend: Arc<dyn Backend>, describe: bool) -> Self {
         let limits = data.config.limits;
         Self {
             data,
-            backend_name,
+            backend_name: backend.name().to_string(),
+            backend,
             ready: AtomicBool::new(false),
             streams: AtomicU64::new(0),
             describe,
@@ -131,7 +134,7 @@ impl Node {
 }
 
 /// Why a session is refused, if it is.
-fn refusal(config: &NodeConfig, request: &SessionRequest) -> Option<String> {
+fn refusal(config: &NodeConfig, backend: &dyn Backend, request: &SessionRequest) -> Option<String> {
     if request.protocol_version != proto::PROTOCOL_VERSION {
         return Some(format!(
             "protocol version mismatch: the LoadGen node speaks version {}, this sut-node version {}",
@@ -161,7 +164,10 @@ fn refusal(config: &NodeConfig, request: &SessionRequest) -> Option<String> {
             codec::input_codec_names()
         ));
     }
-    None
+    backend.cannot_serve(&SessionNeeds {
+        model: &request.model,
+        token_latencies: request.token_latencies,
+    })
 }
 
 pub(crate) struct Service(pub(crate) Arc<Node>);
@@ -183,7 +189,7 @@ impl SutNode for Service {
         let over_quic = request.extensions().get::<OverQuic>().is_some();
         let peer = peer(&request);
         let request = request.into_inner();
-        let refusal = refusal(node.config(), &request).unwrap_or_default();
+        let refusal = refusal(node.config(), node.backend.as_ref(), &request).unwrap_or_default();
         node.session_outcome(remote, over_quic, &refusal);
         let ready = node.ready.load(Ordering::Acquire);
         crate::metrics::NODE.session(refusal.is_empty());
@@ -266,10 +272,23 @@ fn peer<T>(request: &Request<T>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::synthetic::{ServiceTime, Synthetic, SyntheticConfig};
+    use crate::backend::{BatchInfo, Output, SampleSink};
     use crate::batcher::BatchPolicy;
     use crate::limits::Limits;
+    use bytes::Bytes;
     use proto::Codec;
     use std::time::Duration;
+
+    /// The synthetic backend, answering with `llm_tokens` tokens each.
+    fn synthetic(llm_tokens: u32) -> Synthetic {
+        Synthetic::new(SyntheticConfig {
+            service_time: ServiceTime::Fixed(Duration::ZERO),
+            output_size: 4,
+            llm_tokens,
+            seed: 0,
+        })
+    }
 
     fn config(model: Option<&str>) -> NodeConfig {
         NodeConfig {
@@ -292,6 +311,7 @@ mod tests {
             model: model.into(),
             scenario: scenario.into(),
             input_codec: codec,
+            token_latencies: false,
         }
     }
 
@@ -299,6 +319,8 @@ mod tests {
     fn sessions_are_checked_for_version_model_scenario_and_codec() {
         let none = Codec::None as i32;
         let node = config(Some("resnet50"));
+        let synthetic = synthetic(0);
+        let refusal = |c: &NodeConfig, r: &SessionRequest| refusal(c, &synthetic, r);
         for scenario in SCENARIOS {
             assert_eq!(refusal(&node, &session("resnet50", scenario, none)), None);
         }
@@ -338,5 +360,54 @@ mod tests {
             r.contains("cannot decode unknown codec 7 inputs") && r.contains("none, zstd, lz4"),
             "{r}"
         );
+    }
+
+    /// A backend that answers without tokens, as most do.
+    struct Plain;
+
+    impl Backend for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+        fn warm_up(&self) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn infer(
+            &self,
+            _: &[Bytes],
+            _: BatchInfo,
+            _: &mut dyn SampleSink,
+        ) -> Result<Vec<Output>, BackendError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn a_session_judged_on_tokens_is_refused_by_a_backend_that_answers_without() {
+        let any = config(None);
+        let llm = SessionRequest {
+            token_latencies: true,
+            ..session("llama3_1-8b", "Server", Codec::None as i32)
+        };
+        // A synthetic node started without --benchmark (nor --llm-tokens).
+        let r = refusal(&any, &synthetic(0), &llm).unwrap();
+        assert!(
+            r.contains("llama3_1-8b session is judged on token latencies")
+                && r.contains("--benchmark llama3_1-8b"),
+            "{r}"
+        );
+        let r = refusal(&any, &synthetic(1), &llm).unwrap();
+        assert!(r.contains("--llm-tokens 2 or more"), "{r}");
+        assert_eq!(refusal(&any, &synthetic(8), &llm), None);
+        // Other backends say so unless they count tokens.
+        let r = refusal(&any, &Plain, &llm).unwrap();
+        assert!(
+            r.contains("the plain backend's answers carry no token counts"),
+            "{r}"
+        );
+        // A session without token latencies is served by any of them.
+        let plain = session("llama3_1-8b", "Server", Codec::None as i32);
+        assert_eq!(refusal(&any, &synthetic(0), &plain), None);
+        assert_eq!(refusal(&any, &Plain, &plain), None);
     }
 }

@@ -91,11 +91,7 @@ pub async fn serve_on(
         Arc::clone(&backend),
         stop_rx.clone(),
     )?);
-    let node = Arc::new(Node::new(
-        data,
-        backend.name().to_string(),
-        endpoints.describe,
-    ));
+    let node = Arc::new(Node::new(data, Arc::clone(&backend), endpoints.describe));
 
     let mut servers: JoinSet<Result<(), ServeError>> = JoinSet::new();
     if let Some(listener) = endpoints.grpc {

@@ -140,6 +140,7 @@ async fn compressed_inputs_are_decoded_and_answers_compressed() {
                 model: "resnet50".into(),
                 scenario: "Offline".into(),
                 input_codec: Codec::Zstd as i32,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -232,6 +232,7 @@ async fn control_requests_and_the_infer_stream() {
                 model: "resnet50".into(),
                 scenario: "Server".into(),
                 input_codec: 0,
+                ..Default::default()
             },
         )
         .await;
@@ -245,6 +246,7 @@ async fn control_requests_and_the_infer_stream() {
                 model: "m".into(),
                 scenario: "Nope".into(),
                 input_codec: 0,
+                ..Default::default()
             },
         )
         .await;
@@ -267,6 +269,7 @@ async fn control_requests_and_the_infer_stream() {
                 model: "m".into(),
                 scenario: "Offline".into(),
                 input_codec: 0,
+                ..Default::default()
             },
         )
         .await;

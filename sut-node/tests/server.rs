@@ -162,6 +162,7 @@ fn session(model: &str, scenario: &str) -> SessionRequest {
         model: model.into(),
         scenario: scenario.into(),
         input_codec: Codec::None as i32,
+        ..Default::default()
     }
 }
 

@@ -65,6 +65,7 @@ async fn attack(addr: String) -> Vec<Box<dyn std::any::Any + Send>> {
                 model: "resnet50".into(),
                 scenario: "Server".into(),
                 input_codec: Codec::Zstd as i32,
+                ..Default::default()
             })
             .await;
         let (tx, rx) = mpsc::channel(16);
@@ -255,6 +256,7 @@ fn a_loadgen_node_refused_at_a_limit_is_told_which() {
                     model: "resnet50".into(),
                     scenario: "Server".into(),
                     input_codec: Codec::None as i32,
+                    ..Default::default()
                 })
                 .await
                 .expect("a session")

@@ -801,3 +801,40 @@ fn both_engines_read_mlperf_conf_alike_for_every_model() {
         }
     }
 }
+
+#[test]
+fn the_official_engine_refuses_a_data_set_the_host_cannot_hold_before_looking_up_nodes() {
+    tests::no_host_holds_this_data_set("official");
+}
+
+/// The official LoadGen's logger goes on silently when a write fails (it
+/// ran to its end, exit 0, its summary empty): the disk is watched, and the
+/// run ends at once as a failed one, its logs set aside with the reason.
+#[test]
+fn an_official_run_whose_disk_fills_ends_at_once_marked_failed() {
+    let Some(disk) =
+        tests::SmallDisk::mount("official-fill", "48m", "the official run whose disk fills")
+    else {
+        return;
+    };
+    let node = SutNode::start("official-fill", &[]);
+    let out = disk.path().join("run");
+    let child = tests::long_server_run(&node, &out, "official");
+    disk.fill_leaving(1 << 20);
+    let (code, err) = tests::ends_soon(child);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("the run failed: the disk is full"), "{err}");
+    let note = std::fs::read_to_string(out.join("RUN_FAILED.txt")).unwrap_or_default();
+    assert!(
+        note.contains("the disk is full") && note.contains(&out.display().to_string()),
+        "{note}"
+    );
+    assert!(!out.join("mlperf_log_summary.txt").exists());
+    assert!(out.join("mlperf_log_detail.txt.failed-run").is_file());
+    assert!(!out.join(".loadgen-node-disk-reserve").exists());
+}
+
+#[test]
+fn the_official_engine_refuses_an_llm_session_with_a_node_that_answers_without_tokens() {
+    tests::an_llm_session_without_tokens_is_refused("official");
+}

@@ -16,6 +16,7 @@ pub mod args;
 pub mod audit;
 pub mod benchmarks;
 pub mod breakdown;
+pub mod budget;
 pub mod compliance;
 pub mod engines;
 pub mod exit;

@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use loadgen_engine::live::LiveStats;
 use loadgen_engine::null_sut::{NullAnswer, NullSut};
 use loadgen_engine::runner::{start_test_with_live, LogSettings, TestOutcome};
 use loadgen_engine::{QuerySampleLibrary, SystemUnderTest};
 
+use crate::budget::RESERVE_FILE;
 use crate::exit::Exit;
 use crate::observe::Observers;
 use crate::plan::RunPlan;
@@ -32,13 +33,22 @@ pub(crate) fn run(plan: &RunPlan) -> Result<Exit> {
     };
     let live = Arc::new(LiveStats::default());
     let observers = Observers::start(plan, Some(&live), system.qdl())?;
+    // The reserve for the logs' last records, should the disk fill.
+    let extras = &plan.output.extras;
+    std::fs::create_dir_all(extras)
+        .with_context(|| format!("cannot create {}", extras.display()))?;
     let log_settings = LogSettings {
         outdir: plan.output.dir.clone(),
         enable_trace: plan.output.trace,
+        reserve: Some(extras.join(RESERVE_FILE)),
         ..LogSettings::default()
     };
     let outcome = {
-        let _progress = Progress::start(live.clone(), plan.observe.progress_interval);
+        let loading = match &system {
+            System::Network { qsl, .. } => Some(qsl.progress()),
+            System::Null { .. } => None,
+        };
+        let _progress = Progress::start(live.clone(), loading, plan.observe.progress_interval);
         start_test_with_live(
             sut,
             qsl,

@@ -17,11 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use loadgen_engine::disk::Reserve;
 use loadgen_engine::{
     QuerySample, QuerySampleLibrary, QuerySampleResponse, Scenario, SystemUnderTest, TestMode,
 };
 use qdl::{ForeignLoadGen, ForeignSut};
 
+use crate::budget::{DiskWatch, RESERVE_FILE};
 use crate::exit::Exit;
 use crate::observe::Observers;
 use crate::plan::{RunPlan, UserConf};
@@ -132,19 +134,24 @@ impl ForeignLoadGen for OfficialLoadGen {
         unsafe { lgn_first_tokens_complete(c.as_ptr(), c.len()) }
     }
 
-    /// The official LoadGen cannot be stopped (it issues until its minimum
-    /// duration and query count are met, ten minutes and more in a real
-    /// run), so a failed run ends the process now, its logs set aside.
     fn failed(&self, reason: &str) {
-        eprintln!("loadgen-node: the run failed: {reason}");
-        if let Err(e) = mark_failed(&self.output_dir, reason) {
-            eprintln!("loadgen-node: {e:#}");
-        }
-        let _ = std::io::stdout().flush();
-        // SAFETY: _exit ends the process at once, without running the
-        // official LoadGen's static destructors while its threads still run.
-        unsafe { libc::_exit(Exit::RunFailed.code().into()) }
+        end_failed_run(&self.output_dir, reason)
     }
+}
+
+/// The official LoadGen cannot be stopped (it issues until its minimum
+/// duration and query count are met, ten minutes and more in a real run),
+/// so a failed run ends the process now, its logs in `output_dir` set
+/// aside.
+fn end_failed_run(output_dir: &Path, reason: &str) -> ! {
+    eprintln!("loadgen-node: the run failed: {reason}");
+    if let Err(e) = mark_failed(output_dir, reason) {
+        eprintln!("loadgen-node: {e:#}");
+    }
+    let _ = std::io::stdout().flush();
+    // SAFETY: _exit ends the process at once, without running the
+    // official LoadGen's static destructors while its threads still run.
+    unsafe { libc::_exit(Exit::RunFailed.code().into()) }
 }
 
 /// What the callbacks reach through `ctx`.
@@ -278,6 +285,10 @@ pub fn run(plan: &RunPlan) -> Result<Exit> {
         &format!("official LoadGen {}", loadgen_version()),
     )?;
     let observers = Observers::start(plan, None, system.qdl())?;
+    let loading = match &system {
+        System::Network { qsl, .. } => Some(qsl.progress()),
+        System::Null { .. } => None,
+    };
     let harness = match system {
         System::Null { qsl, .. } => {
             eprintln!(
@@ -340,18 +351,32 @@ pub fn run(plan: &RunPlan) -> Result<Exit> {
         null_sut: c_int::from(harness.sut.is_none()),
     };
     let mut err = vec![0 as c_char; 1024];
+    // The official LoadGen goes on when a log write fails: the disk is
+    // watched instead, and a run whose disk fills ends as a failed one.
+    let reserve = Reserve::hold(plan.output.extras.join(RESERVE_FILE)).with_context(|| {
+        format!(
+            "cannot hold the disk reserve in {}",
+            plan.output.extras.display()
+        )
+    })?;
+    let failed_dir = plan.output.dir.clone();
+    let watch = DiskWatch::start(plan.output.dir.clone(), reserve, move |reason| {
+        end_failed_run(&failed_dir, &reason)
+    });
     // The bound and percentile the official LoadGen judges by, read from
     // the same files: only for the progress line.
     let progress = harness.sut.as_ref().map(|s| {
         Progress::network(
             s.qdl().view(),
             Target::of(&plan.test.settings),
+            loading,
             plan.observe.progress_interval,
         )
     });
     // SAFETY: every pointer in `callbacks` and `test` lives until this call
     // returns; `err` is writable for its length.
     let rc = unsafe { lgn_start_test(&callbacks, &test, err.as_mut_ptr(), err.len()) };
+    drop(watch);
     drop(progress);
     if rc != 0 {
         // SAFETY: the adapter NUL-terminates within the buffer.

@@ -9,12 +9,14 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use compression::CodecSpec;
 use loadgen_engine::config::{self, ConfKind, ConfigError, ConfigFile, SettingsSources};
+use loadgen_engine::footprint::{Footprint, SampleBytes};
 use loadgen_engine::runner::AuditConfig;
-use loadgen_engine::{Scenario, TestMode, TestSettings};
+use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
 use qdl::{Codec, QdlConfig};
 
 use crate::args::{Engine, RunArgs, SetArg, SutArg};
 use crate::benchmarks;
+use crate::budget::{self, DiskWatch, HostMemory, Levers, RunNeeds};
 use crate::qsl::DataSource;
 
 /// Name of the merged user.conf an official run with `--set` reads, in the
@@ -132,8 +134,9 @@ pub struct ObservePlan {
 }
 
 impl RunPlan {
-    /// Resolves and checks every flag; errors name the flag or the file and
-    /// line.
+    /// Resolves and checks every flag, and what the run needs of this host
+    /// (memory, disk) before any node is looked up; errors name the flag or
+    /// the file and line.
     pub fn from_args(args: &RunArgs) -> Result<RunPlan> {
         let compression =
             benchmarks::check_compression(&args.model, args.rules, args.open_division);
@@ -144,26 +147,19 @@ impl RunPlan {
             refuse_for_official(args)?;
         }
         let extras = args.extras_dir();
-        // mlperf.conf's keys use its own names (llama3_1-8b): the official
-        // LoadGen would match nothing given another.
-        let model = benchmarks::canonical(&args.model);
-        let test = TestPlan {
-            model: model.to_string(),
-            scenario: args.scenario,
-            mode: args.mode,
-            settings: resolve_settings(args, model)?,
-            user_conf: user_conf(args, model, &extras)?,
-            audit: audit_file(args.audit_config.as_deref())?,
-        };
+        let test = TestPlan::from_args(args, HostMemory::read())?;
+        let model = test.model.as_str();
         let sut = match &args.sut {
             SutArg::Null if args.sut_file.is_some() => {
                 bail!("--sut null with --sut-file: give the nodes, or the null SUT, not both")
             }
             SutArg::Null => {
-                let total = args.total_sample_count.unwrap_or(1024);
+                let (total, performance) = null_sizes(args);
+                budget::check_host(&test.null_needs(args, total, performance), &args.output_dir)
+                    .map_err(anyhow::Error::msg)?;
                 SutPlan::Null {
                     total,
-                    performance: args.performance_sample_count.unwrap_or(total),
+                    performance,
                     tokens: args.null_tokens,
                 }
             }
@@ -171,6 +167,12 @@ impl RunPlan {
                 if let Some(why) = benchmarks::find(&args.model).and_then(|b| b.retired) {
                     bail!("--model {}: {why}", args.model);
                 }
+                let (data, performance_samples) = data_set(args, model)?;
+                budget::check_host(
+                    &test.network_needs(args, &data, performance_samples),
+                    &args.output_dir,
+                )
+                .map_err(anyhow::Error::msg)?;
                 // Names are resolved here, once, before any node is asked
                 // its name.
                 let found = qdl::find_nodes(
@@ -180,7 +182,7 @@ impl RunPlan {
                     |waiting| eprintln!("loadgen-node: {waiting}"),
                 )
                 .context("the sut-nodes (--sut, --sut-file)")?;
-                let mut network = network_plan(args, model, found)?;
+                let mut network = network_plan(args, &test, found, data, performance_samples)?;
                 network.qdl.answer_compression_refused = compression.err();
                 SutPlan::Network(Box::new(network))
             }
@@ -209,6 +211,163 @@ impl RunPlan {
             },
         })
     }
+}
+
+impl TestPlan {
+    /// The test of the run flags: its settings resolved (the counts they
+    /// may ask for bounded by `memory`, the host's), the official engine's
+    /// user.conf, the audit.config.
+    pub fn from_args(args: &RunArgs, memory: Option<HostMemory>) -> Result<TestPlan> {
+        // mlperf.conf's keys use its own names (llama3_1-8b): the official
+        // LoadGen would match nothing given another.
+        let model = benchmarks::canonical(&args.model);
+        Ok(TestPlan {
+            model: model.to_string(),
+            scenario: args.scenario,
+            mode: args.mode,
+            settings: resolve_settings(args, model, memory.map(|m| m.total))?,
+            user_conf: user_conf(args, model, &args.extras_dir())?,
+            audit: audit_file(args.audit_config.as_deref())?,
+        })
+    }
+
+    /// The settings the test runs with over a QSL of `total` samples,
+    /// `performance` held at once: the audit.config applied, as the engines
+    /// apply it at test start.
+    fn effective(&self, total: usize, performance: usize) -> EffectiveSettings {
+        let mut settings = self.settings.clone();
+        if let Some(a) = &self.audit {
+            // A bad audit.config is reported by the run itself.
+            let _ = config::apply_audit(&mut settings, &a.config.file);
+        }
+        EffectiveSettings::derive(&settings, total, performance.min(total)).0
+    }
+
+    /// What the run needs over the sut-nodes, with `data`, `performance`
+    /// samples of it held at once, and the benchmark's answers.
+    pub fn network_needs(&self, args: &RunArgs, data: &DataSource, performance: usize) -> RunNeeds {
+        let bench = benchmarks::find(&self.model);
+        // A model outside the suite: as large as the largest answer
+        // accepted, when the flag says; otherwise unknown, counted empty.
+        let answer = bench.map_or(args.max_answer_bytes.unwrap_or(0), |b| b.output_bytes) as u64;
+        let levers = Levers {
+            synthetic: matches!(data, DataSource::Synthetic { .. }),
+            ..self.levers(args)
+        };
+        let stored = |i| data.stored_bytes(i);
+        let sizes = match data {
+            DataSource::Synthetic { sample_bytes, .. } => SampleBytes::Each(*sample_bytes as u64),
+            DataSource::NpyDir { .. } => SampleBytes::ByIndex(&stored),
+        };
+        self.needs(args, data.total(), performance, sizes, answer, levers)
+    }
+
+    /// What the run needs with the engine's own null SUT (no data; the
+    /// native one answers 4 bytes or, as an LLM, up to 8 tokens of 4).
+    pub fn null_needs(&self, args: &RunArgs, total: usize, performance: usize) -> RunNeeds {
+        let answer = match (args.engine, args.null_tokens) {
+            (Engine::Official, _) => 0,
+            (Engine::Native, false) => 4,
+            (Engine::Native, true) => 32,
+        };
+        let levers = self.levers(args);
+        self.needs(
+            args,
+            total,
+            performance,
+            SampleBytes::Each(0),
+            answer,
+            levers,
+        )
+    }
+
+    fn levers(&self, args: &RunArgs) -> Levers {
+        Levers {
+            model: self.model.clone(),
+            performance_override: self.settings.performance_sample_count_override != 0,
+            submission_samples: benchmarks::find(&self.model)
+                .filter(|b| b.rules(args.rules).is_some())
+                .map(|b| b.performance_samples as u64),
+            synthetic: false,
+        }
+    }
+
+    fn needs(
+        &self,
+        args: &RunArgs,
+        total: usize,
+        performance: usize,
+        sample_bytes: SampleBytes<'_>,
+        answer_bytes: u64,
+        levers: Levers,
+    ) -> RunNeeds {
+        let eff = self.effective(total, performance);
+        let footprint = Footprint::of(&eff, total, sample_bytes);
+        let mut logs = footprint.log_bytes(&eff, answer_bytes, !args.no_trace);
+        if args.engine == Engine::Official && logs.trace > 0 {
+            logs.trace = official_trace_bytes(&footprint);
+        }
+        RunNeeds {
+            footprint,
+            process_bytes: RunNeeds::process_bytes(total, answer_bytes),
+            logs,
+            answer_bytes,
+            accuracy_copies: 0,
+            disk_floor: match args.engine {
+                Engine::Official => DiskWatch::FLOOR,
+                Engine::Native => 0,
+            },
+            levers,
+        }
+    }
+}
+
+/// The data set of the null SUT: its samples, and those held at once.
+fn null_sizes(args: &RunArgs) -> (usize, usize) {
+    let total = args.total_sample_count.unwrap_or(1024);
+    (total, args.performance_sample_count.unwrap_or(total))
+}
+
+/// What a run of `args` needs of its host, without looking up its nodes;
+/// `audit`: the text of the audit.config it will be given instead of
+/// `--audit-config`'s.
+pub fn run_needs(args: &RunArgs, audit: Option<&str>) -> Result<RunNeeds> {
+    let mut test = TestPlan::from_args(args, HostMemory::read())?;
+    if let Some(text) = audit {
+        let file = ConfigFile::parse("audit.config", text).map_err(joined)?;
+        test.audit = Some(AuditFile {
+            path: PathBuf::from("audit.config"),
+            config: AuditConfig {
+                name: "audit.config".into(),
+                file,
+            },
+        });
+    }
+    Ok(match &args.sut {
+        SutArg::Null => {
+            let (total, performance) = null_sizes(args);
+            test.null_needs(args, total, performance)
+        }
+        SutArg::Nodes(_) => {
+            let (data, performance) = data_set(args, &test.model)?;
+            test.network_needs(args, &data, performance)
+        }
+    })
+}
+
+/// The official LoadGen's trace, larger than this engine's: besides each
+/// sample's pair of events, spans of each query (scheduling, issuing, the
+/// sample loop, the completion call). Measured on 6.0.17 over the network:
+/// 269 bytes a sample (Offline), 804 (Server), 750 (SingleStream) and 364
+/// (MultiStream, 8 a query); these bounds leave room for longer numbers.
+fn official_trace_bytes(fp: &Footprint) -> u64 {
+    const PER_SAMPLE: u64 = 320;
+    const PER_QUERY: u64 = 640;
+    const FIXED: u64 = 64 << 10;
+    fp.issued_samples
+        .saturating_mul(PER_SAMPLE)
+        .saturating_add(fp.issued_queries.saturating_mul(PER_QUERY))
+        .saturating_add(FIXED)
 }
 
 /// What the official engine cannot honour, with the reason.
@@ -242,22 +401,24 @@ pub fn set_lines(model: &str, scenario: Scenario, set: &[SetArg]) -> String {
         .collect()
 }
 
-/// Defaults < mlperf.conf (or --conf) < --user-conf < --set < --mode.
-fn resolve_settings(args: &RunArgs, model: &str) -> Result<TestSettings> {
+/// Defaults < mlperf.conf (or --conf) < --user-conf < --set < --mode; the
+/// counts they ask for bounded by `memory`, the host's.
+fn resolve_settings(args: &RunArgs, model: &str, memory: Option<u64>) -> Result<TestSettings> {
     let sources = SettingsSources {
         model: model.to_string(),
         scenario: args.scenario,
         mlperf_conf: args.conf.clone(),
         user_conf: args.user_conf.clone(),
         mode: None,
+        memory,
     };
     let mut settings = sources.resolve()?;
     if !args.set.is_empty() {
         let text = set_lines(model, args.scenario, &args.set);
         let file = ConfigFile::parse("--set", &text).map_err(joined)?;
-        file.check_values(model, args.scenario)?;
+        file.check_values(model, args.scenario, memory)?;
         file.apply(&mut settings, model, args.scenario, ConfKind::UserConf)?;
-        config::check_scale(&settings)?;
+        config::check_scale(&settings, memory)?;
     }
     if let Some(mode) = args.mode {
         settings.mode = mode;
@@ -324,7 +485,9 @@ pub fn default_max_answer_bytes(model: &str) -> usize {
     benchmarks::find(model).map_or(qdl::DEFAULT_MAX_ANSWER_BYTES, |b| b.max_output_bytes)
 }
 
-fn network_plan(args: &RunArgs, model: &str, found: qdl::NodeList) -> Result<NetworkPlan> {
+/// The data set of a run over the network, and how many of its samples
+/// the QSL holds at once.
+pub fn data_set(args: &RunArgs, model: &str) -> Result<(DataSource, usize)> {
     let data = DataSource::for_run(
         model,
         args.dataset.as_deref(),
@@ -335,6 +498,21 @@ fn network_plan(args: &RunArgs, model: &str, found: qdl::NodeList) -> Result<Net
         .performance_sample_count
         .or(benchmarks::find(model).map(|b| b.performance_samples))
         .unwrap_or(data.total());
+    Ok((data, performance_samples))
+}
+
+fn network_plan(
+    args: &RunArgs,
+    test: &TestPlan,
+    found: qdl::NodeList,
+    data: DataSource,
+    performance_samples: usize,
+) -> Result<NetworkPlan> {
+    let model = test.model.as_str();
+    // Nodes whose answers carry no token counts refuse such a session.
+    let token_latencies = test
+        .effective(data.total(), performance_samples)
+        .use_token_latencies;
     let tls = args.tls.client_tls()?;
     if args.tls.tls_insecure {
         eprintln!(
@@ -358,6 +536,7 @@ fn network_plan(args: &RunArgs, model: &str, found: qdl::NodeList) -> Result<Net
             .unwrap_or_else(|| default_max_answer_bytes(model)),
         io_threads: args.qdl_threads,
         max_in_flight: args.max_in_flight,
+        token_latencies,
         ..QdlConfig::default()
     };
     Ok(NetworkPlan {

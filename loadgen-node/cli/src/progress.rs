@@ -1,4 +1,5 @@
-//! Progress of long runs: elapsed time, samples issued and completed, the
+//! Progress of long runs: while the QSL loads, the samples and bytes loaded
+//! so far; then elapsed time, samples issued and completed, the
 //! completion rate, the running latency at the target percentile against the
 //! bound, and where early stopping stands. On a terminal, one line redrawn
 //! in place on stderr; otherwise (a script, CI) a plain stderr line every
@@ -16,6 +17,9 @@ use loadgen_engine::live::{LiveSnapshot, LiveStats};
 use loadgen_engine::{Scenario, TestMode, TestSettings};
 use qdl::breakdown::Part;
 use qdl::QdlView;
+
+use crate::budget::{grouped, size};
+use crate::qsl::{LoadProgress, Loading};
 
 const REFRESH: Duration = Duration::from_millis(500);
 /// How often the drawing thread looks at the stop flag.
@@ -48,10 +52,15 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Starts drawing the engine's live figures: the live line if stderr is
-    /// a terminal, otherwise a plain line every `interval`. A zero interval
+    /// Starts drawing the engine's live figures, and while the QSL of
+    /// `loading` loads, how far it is: the live line if stderr is a
+    /// terminal, otherwise a plain line every `interval`. A zero interval
     /// draws nothing.
-    pub fn start(live: Arc<LiveStats>, interval: Duration) -> Self {
+    pub fn start(
+        live: Arc<LiveStats>,
+        loading: Option<Arc<LoadProgress>>,
+        interval: Duration,
+    ) -> Self {
         let now = Instant::now();
         Self::with(
             EngineFigures {
@@ -59,6 +68,7 @@ impl Progress {
                 series: (i64::MIN, now),
                 last: (now, 0),
             },
+            loading,
             interval,
         )
     }
@@ -67,7 +77,12 @@ impl Progress {
     /// own to itself): samples sent and answered and, where the run's
     /// `target` is known, the QDL's send-to-answer time at the target
     /// percentile against the bound and where early stopping stands.
-    pub fn network(qdl: QdlView, target: Option<Target>, interval: Duration) -> Self {
+    pub fn network(
+        qdl: QdlView,
+        target: Option<Target>,
+        loading: Option<Arc<LoadProgress>>,
+        interval: Duration,
+    ) -> Self {
         let now = Instant::now();
         Self::with(
             NetworkFigures {
@@ -76,16 +91,22 @@ impl Progress {
                 start: now,
                 last: (now, 0),
             },
+            loading,
             interval,
         )
     }
 
-    fn with(figures: impl Figures, interval: Duration) -> Self {
+    fn with(figures: impl Figures, loading: Option<Arc<LoadProgress>>, interval: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let tty = std::io::stderr().is_terminal();
         let thread = (!interval.is_zero()).then(|| {
             let stop = stop.clone();
             let every = if tty { REFRESH } else { interval };
+            let figures = LoadingFirst {
+                figures,
+                loading,
+                since: None,
+            };
             thread::spawn(move || draw_until(figures, &stop, every, tty))
         });
         Self { stop, thread, tty }
@@ -134,6 +155,47 @@ fn draw_until(mut figures: impl Figures, stop: &AtomicBool, every: Duration, tty
             eprintln!("loadgen-node: {text}");
         }
     }
+}
+
+/// While the QSL loads, how far it is; the run's figures otherwise.
+struct LoadingFirst<F> {
+    figures: F,
+    loading: Option<Arc<LoadProgress>>,
+    /// When the load under way was first seen.
+    since: Option<Instant>,
+}
+
+impl<F: Figures> Figures for LoadingFirst<F> {
+    fn tick(&mut self, now: Instant) -> bool {
+        let loading = self.loading.as_ref().and_then(|l| l.now());
+        let was = self.since.is_some();
+        self.since = match (loading, self.since) {
+            (Some(_), None) => Some(now),
+            (Some(_), since) => since,
+            (None, _) => None,
+        };
+        // The start and the end of a load begin a new interval.
+        let changed = was != self.since.is_some();
+        self.figures.tick(now) || changed
+    }
+
+    fn line(&mut self, now: Instant) -> String {
+        match (self.loading.as_ref().and_then(|l| l.now()), self.since) {
+            (Some(l), Some(since)) => loading_line(&l, now.duration_since(since)),
+            _ => self.figures.line(now),
+        }
+    }
+}
+
+/// The line of a load under way.
+pub fn loading_line(l: &Loading, elapsed: Duration) -> String {
+    format!(
+        "loading {:>6.1}s  {} of {} samples  {} so far",
+        elapsed.as_secs_f64(),
+        grouped(l.samples),
+        grouped(l.of),
+        size(l.bytes)
+    )
 }
 
 /// Completions per second since `last`, which becomes (now, completed).
@@ -367,6 +429,19 @@ mod tests {
         s.scenario = Scenario::Server;
         s.mode = TestMode::AccuracyOnly;
         assert_eq!(Target::of(&s), None);
+    }
+
+    #[test]
+    fn a_load_is_shown_as_loading() {
+        let l = Loading {
+            samples: 120_000,
+            of: 349_823,
+            bytes: 11_850_240_000,
+        };
+        assert_eq!(
+            loading_line(&l, Duration::from_millis(42_300)),
+            "loading   42.3s  120,000 of 349,823 samples  11.9 GB so far"
+        );
     }
 
     #[test]

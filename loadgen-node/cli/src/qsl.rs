@@ -4,7 +4,8 @@
 //! one. The QDL then sends each sample's stored bytes as they are.
 
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use compression::{CodecSpec, SampleCodec};
@@ -162,6 +163,21 @@ impl DataSource {
         }
     }
 
+    /// The bytes sample `index` takes once loaded (uncompressed), at most:
+    /// a `.npy` file's size (its header is dropped), a folder's files' sum;
+    /// 0 for a sample that is not there (loading it fails anyway).
+    pub fn stored_bytes(&self, index: QuerySampleIndex) -> u64 {
+        let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        match self {
+            DataSource::NpyDir { samples, .. } => match samples.get(index) {
+                Some(NpySample::File(path)) => size(path),
+                Some(NpySample::Tensors(_, files)) => files.iter().map(|f| size(f)).sum(),
+                None => 0,
+            },
+            DataSource::Synthetic { sample_bytes, .. } => *sample_bytes as u64,
+        }
+    }
+
     /// The bytes of sample `index`, as they will be sent.
     pub fn read(&self, index: QuerySampleIndex) -> Result<Vec<u8>, SutError> {
         let missing = || SutError(format!("sample {index} is not in the data set"));
@@ -254,6 +270,57 @@ fn synthetic_bytes(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// Raw bytes read before they are compressed and stored: loading a set
+/// holds its stored samples and at most this much more.
+const LOAD_CHUNK: usize = 64 << 20;
+
+/// How far the QSL is in loading a set of samples (minutes for tens of
+/// GB), for the progress line.
+#[derive(Debug, Default)]
+pub struct LoadProgress {
+    active: AtomicBool,
+    samples: AtomicU64,
+    of: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// A copy of [`LoadProgress`]: `None` when nothing is loading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loading {
+    /// Samples read so far, of `of`.
+    pub samples: u64,
+    pub of: u64,
+    /// Their bytes, as read (before any compression).
+    pub bytes: u64,
+}
+
+impl LoadProgress {
+    fn begin(&self, of: usize) {
+        self.samples.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        self.of.store(of as u64, Ordering::Relaxed);
+        self.active.store(true, Ordering::Release);
+    }
+
+    fn read(&self, bytes: usize) {
+        self.samples.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.active.store(false, Ordering::Release);
+    }
+
+    /// What is loading now, if anything.
+    pub fn now(&self) -> Option<Loading> {
+        self.active.load(Ordering::Acquire).then(|| Loading {
+            samples: self.samples.load(Ordering::Relaxed),
+            of: self.of.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        })
+    }
+}
+
 /// A QSL over a [`DataSource`], holding the loaded samples in RAM.
 pub struct DataQsl {
     source: DataSource,
@@ -263,6 +330,7 @@ pub struct DataQsl {
     /// Loaded samples by index; read on the timed path, written only by
     /// load/unload between series.
     loaded: RwLock<Vec<Option<StoredSample>>>,
+    progress: Arc<LoadProgress>,
 }
 
 impl DataQsl {
@@ -275,7 +343,13 @@ impl DataQsl {
             codec: CodecSpec::NONE.codec(),
             loaded: RwLock::new(vec![None; total]),
             source,
+            progress: Arc::default(),
         }
+    }
+
+    /// How far loading is, for the progress line.
+    pub fn progress(&self) -> Arc<LoadProgress> {
+        self.progress.clone()
     }
 
     /// Stores every sample compressed with `spec` (each on its own, at load
@@ -347,6 +421,32 @@ impl DataQsl {
     }
 }
 
+impl DataQsl {
+    /// Reads and stores `indices`, outside the lock (loading may take
+    /// minutes), a chunk at a time, so that raw and compressed copies of
+    /// the whole set are never held together.
+    fn read_and_store(
+        &self,
+        indices: &[QuerySampleIndex],
+    ) -> Result<Vec<(QuerySampleIndex, StoredSample)>, SutError> {
+        let mut stored = Vec::with_capacity(indices.len());
+        let mut chunk = Vec::new();
+        let mut chunk_bytes = 0;
+        for &i in indices {
+            let data = self.source.read(i)?;
+            self.progress.read(data.len());
+            chunk_bytes += data.len();
+            chunk.push((i, data));
+            if chunk_bytes >= LOAD_CHUNK {
+                stored.extend(self.store(std::mem::take(&mut chunk)));
+                chunk_bytes = 0;
+            }
+        }
+        stored.extend(self.store(chunk));
+        Ok(stored)
+    }
+}
+
 impl QuerySampleLibrary for DataQsl {
     fn name(&self) -> String {
         match self.input_codec.compresses() {
@@ -364,17 +464,14 @@ impl QuerySampleLibrary for DataQsl {
     }
 
     fn load_samples(&self, indices: &[QuerySampleIndex]) -> Result<(), SutError> {
-        // Read and compress outside the lock: loading may take seconds.
-        let mut read = Vec::with_capacity(indices.len());
-        for &i in indices {
-            read.push((i, self.source.read(i)?));
-        }
-        let read = self.store(read);
+        self.progress.begin(indices.len());
+        let stored = self.read_and_store(indices);
+        self.progress.end();
         let mut loaded = self
             .loaded
             .write()
             .map_err(|_| SutError("the sample store is poisoned".into()))?;
-        for (i, data) in read {
+        for (i, data) in stored? {
             let slot = loaded
                 .get_mut(i)
                 .ok_or_else(|| SutError(format!("sample {i} is not in the data set")))?;

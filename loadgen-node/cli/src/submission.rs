@@ -47,8 +47,10 @@ use sha2::{Digest, Sha256};
 use crate::args::RunArgs;
 use crate::audit::{self, accuracy_dir, performance_dir, run_done};
 use crate::benchmarks::{self, Round};
+use crate::budget::{self, HostMemory, RunNeeds};
 use crate::compliance::{self, AuditTest, Dtype};
 use crate::exit::Exit;
+use crate::plan;
 use crate::preflight::{self, PreflightArgs, PLACEHOLDER};
 
 /// The flags of `loadgen-node submission`.
@@ -644,16 +646,118 @@ fn recorded_verdict(test: AuditTest, test_dir: &Path) -> Option<bool> {
     })
 }
 
+/// A run that `scenario` still has to make: its mode, or the audit it is,
+/// and the copies of its accuracy log the plan keeps beside the tree.
+struct Step {
+    what: String,
+    mode: Option<TestMode>,
+    audit: Option<AuditTest>,
+    copies: u64,
+}
+
+impl Step {
+    fn run(what: &str, mode: TestMode, copies: u64) -> Step {
+        Step {
+            what: what.into(),
+            mode: Some(mode),
+            audit: None,
+            copies,
+        }
+    }
+
+    /// What the run of `args` it is needs of the host.
+    fn needs(&self, args: &RunArgs) -> Result<RunNeeds> {
+        let mut args = args.clone();
+        args.mode = self.mode;
+        let audit = self.audit.map(|t| compliance::audit_config(t, &args.model));
+        let mut needs = plan::run_needs(&args, audit.as_deref())?;
+        needs.accuracy_copies = self.copies;
+        Ok(needs)
+    }
+
+    /// Refuses the run if it does not fit the host now, before it starts.
+    fn fits(&self, args: &RunArgs, dir: &Path) -> Result<()> {
+        budget::check_host(&self.needs(args)?, dir)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.what))
+    }
+}
+
+/// The runs `scenario` still has to make for `b` in `s`, in its order:
+/// the accuracy run (its log kept in full beside the tree), the
+/// performance run, the audits not yet passed (TEST01's accuracy log kept
+/// in full too).
+fn pending(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Vec<Step> {
+    let dir = plan.scenario_dir(b, s);
+    let mut steps = Vec::new();
+    if !run_done(&accuracy_dir(&dir), true) {
+        steps.push(Step::run("accuracy", TestMode::AccuracyOnly, 1));
+    }
+    if !run_done(&performance_dir(&dir), false) {
+        steps.push(Step::run("performance", TestMode::PerformanceOnly, 0));
+    }
+    if plan.division != "open" {
+        for test in compliance::required_audits(&b.model, plan.rules)
+            .iter()
+            .filter_map(|a| AuditTest::of(*a))
+        {
+            if recorded_verdict(test, &dir.join(test.name())) != Some(true) {
+                steps.push(Step {
+                    what: test.name().to_string(),
+                    mode: None,
+                    audit: Some(test),
+                    copies: u64::from(test == AuditTest::Test01),
+                });
+            }
+        }
+    }
+    steps
+}
+
+/// The flags of every run of `b` in `s`: the plan's, without a trace.
+fn scenario_args(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<RunArgs> {
+    let mut args = run_args(plan, b, s)?;
+    args.no_trace = true;
+    Ok(args)
+}
+
+/// Refuses a plan whose runs still to be made cannot fit this host (the
+/// memory of each, the logs of all on the tree's disk), before the first.
+fn check_fits(plan: &Plan) -> Result<()> {
+    let mut steps = Vec::new();
+    for b in &plan.benchmarks {
+        for s in &b.scenarios {
+            let args = scenario_args(plan, b, *s)?;
+            for step in pending(plan, b, *s) {
+                let what = format!("{} {} {}", b.benchmark, s.as_str(), step.what);
+                steps.push((what, step.needs(&args)?));
+            }
+        }
+    }
+    let root = plan.root();
+    let free = loadgen_engine::disk::free_bytes(&root)
+        .with_context(|| format!("cannot read the free space of {}", root.display()))?;
+    budget::check_plan(&steps, HostMemory::read().as_ref(), &root, free).map_err(anyhow::Error::msg)
+}
+
 /// Runs what is missing of one benchmark and scenario and reports its state.
 fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
     let dir = plan.scenario_dir(b, s);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let backup = plan.full_logs_dir(b, s);
     let extras = plan.extras_dir(b, s);
-    let mut args = run_args(plan, b, s)?;
-    args.no_trace = true;
+    let args = scenario_args(plan, b, s)?;
     let what = format!("{} {}", b.benchmark, s.as_str());
+    // Each run is checked against the host again just before it starts:
+    // the runs before it took their share of the disk.
+    let steps = pending(plan, b, s);
+    let fits = |mode: Option<TestMode>, audit: Option<AuditTest>| -> Result<()> {
+        match steps.iter().find(|st| st.mode == mode && st.audit == audit) {
+            Some(step) => step.fits(&args, &dir),
+            None => Ok(()),
+        }
+    };
     if !run_done(&accuracy_dir(&dir), true) {
+        fits(Some(TestMode::AccuracyOnly), None)?;
         audit::run_into(
             &args,
             &accuracy_dir(&dir),
@@ -665,6 +769,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
     }
     accuracy_txt(b.accuracy_command.as_ref(), &accuracy_dir(&dir), &what)?;
     if !run_done(&performance_dir(&dir), false) {
+        fits(Some(TestMode::PerformanceOnly), None)?;
         audit::run_into(
             &args,
             &performance_dir(&dir),
@@ -709,6 +814,7 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
             let passed = match recorded_verdict(test, &test_dir) {
                 Some(true) => true,
                 _ => {
+                    fits(None, Some(test))?;
                     audit::run_audit(test, &args, &dir, &extras)?;
                     audit::verify(test, &dir, &reference, &args, b.audit_dtype, b.eos_token_id)?
                 }
@@ -872,12 +978,14 @@ fn run_checker(plan: &Plan, inference: &Path) -> Result<bool> {
 /// checker, when run, accepts the tree), 6 otherwise.
 pub fn submission(args: &SubmissionArgs) -> Result<Exit> {
     let plan = Plan::read(&args.plan)?;
-    // Every scenario's flags are checked before the first run.
+    // Every scenario's flags are checked before the first run, and what
+    // the runs still to be made need of this host.
     for b in &plan.benchmarks {
         for s in &b.scenarios {
             run_args(&plan, b, *s)?;
         }
     }
+    check_fits(&plan)?;
     ensure_system_json(&plan)?;
     if !args.no_preflight {
         let mut argv = vec!["preflight".to_string()];

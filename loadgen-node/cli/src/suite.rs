@@ -19,15 +19,7 @@ pub fn print(args: &SuiteArgs) {
 }
 
 fn bytes(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::budget::grouped(n as u64)
 }
 
 fn volume(v: Option<Volume>) -> String {

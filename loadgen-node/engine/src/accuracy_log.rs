@@ -80,6 +80,24 @@ impl<W: Write> AccuracyLog<W> {
     }
 }
 
+/// The most bytes one entry of an answer of `answer_bytes` takes, with
+/// `tokens` when token latencies are used (`Some(first-token bytes)`, 0 in
+/// Offline, which logs no token data): its fixed text with the largest ids,
+/// and the data in hex.
+pub(crate) fn entry_bytes(answer_bytes: u64, tokens: Option<u64>) -> u64 {
+    let mut log = AccuracyLog::new(Vec::new()).unwrap_or_else(|_| unreachable!());
+    let _ = log.write(&AccuracyEntry {
+        seq_id: u64::MAX,
+        qsl_idx: usize::MAX,
+        data: &[],
+        tokens: tokens.map(|first| ((first > 0).then_some(&[][..]), i64::MAX)),
+    });
+    // The opening bracket stands for the comma of a later entry.
+    let text = log.out.len() as u64;
+    let data = answer_bytes.saturating_add(tokens.unwrap_or(0));
+    text.saturating_add(data.saturating_mul(2))
+}
+
 /// Bytes of hex held before they are written.
 const HEX_CHUNK: usize = 64 << 10;
 
@@ -159,6 +177,24 @@ mod tests {
             String::from_utf8(whole).unwrap()
         );
         assert!(text == expected, "the chunked log differs");
+    }
+
+    #[test]
+    fn an_entry_takes_at_most_its_estimate() {
+        for (answer, tokens) in [(0u64, None), (8, None), (4096, Some(4)), (12, Some(0))] {
+            let mut log = AccuracyLog::new(Vec::new()).unwrap();
+            log.write(&AccuracyEntry {
+                seq_id: 123_456_789,
+                qsl_idx: 50_000,
+                data: &vec![7; answer as usize],
+                tokens: tokens.map(|t| ((t > 0).then_some(&[1u8; 4][..t as usize]), 99)),
+            })
+            .unwrap();
+            // As a later entry: the bracket counts as its comma.
+            let written = log.out.len() as u64;
+            let most = entry_bytes(answer, tokens);
+            assert!(written <= most && most < written + 64, "{written} {most}");
+        }
     }
 
     #[test]

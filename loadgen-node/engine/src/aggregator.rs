@@ -6,6 +6,7 @@ use std::io::{self, Write};
 use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
 
 use crate::accuracy_log::{AccuracyEntry, AccuracyLog};
+use crate::disk::Disk;
 use crate::live::{LiveStats, PERCENTILE_EVERY_NS};
 use crate::sample::QuerySampleIndex;
 use crate::stats::LatencyHistogram;
@@ -178,6 +179,21 @@ impl SeriesData {
     }
 }
 
+/// What the aggregator hands back at the end: its logs, to be closed, and
+/// the first write that failed, on which log.
+pub(crate) type Closing<A, T> = (
+    AccuracyLog<A>,
+    Option<TraceLog<T>>,
+    Option<(LogKind, io::Error)>,
+);
+
+/// Which of the aggregator's logs a write failed on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LogKind {
+    Accuracy,
+    Trace,
+}
+
 pub(crate) struct Aggregator<A: Write, T: Write> {
     pub accuracy: AccuracyLog<A>,
     pub trace: Option<TraceLog<T>>,
@@ -189,10 +205,12 @@ pub(crate) struct Aggregator<A: Write, T: Write> {
     token_data: HashMap<u64, Box<[u8]>>,
     /// Highest query seq seen and its latest completion time.
     newest_query: Option<(u64, i64)>,
-    io_error: Option<io::Error>,
+    io_error: Option<(LogKind, io::Error)>,
     live: Arc<LiveStats>,
     /// Completion time at which the live percentile was last refreshed.
     live_refreshed_ns: i64,
+    /// Once it is full, nothing more is written but the logs' last records.
+    disk: Arc<Disk>,
 }
 
 impl<A: Write, T: Write> Aggregator<A, T> {
@@ -200,6 +218,7 @@ impl<A: Write, T: Write> Aggregator<A, T> {
         accuracy: AccuracyLog<A>,
         trace: Option<TraceLog<T>>,
         live: Arc<LiveStats>,
+        disk: Arc<Disk>,
     ) -> Self {
         Self {
             accuracy,
@@ -219,15 +238,13 @@ impl<A: Write, T: Write> Aggregator<A, T> {
             io_error: None,
             live,
             live_refreshed_ns: 0,
+            disk,
         }
     }
 
     /// Processes events until `Finish`; returns the logs to be closed and the
     /// first write error, if any.
-    pub(crate) fn run(
-        mut self,
-        events: mpsc::Receiver<Event>,
-    ) -> (AccuracyLog<A>, Option<TraceLog<T>>, Option<io::Error>) {
+    pub(crate) fn run(mut self, events: mpsc::Receiver<Event>) -> Closing<A, T> {
         while let Ok(ev) = events.recv() {
             match ev {
                 Event::Completed(batch) => {
@@ -240,9 +257,9 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                     if let Some(d) = data {
                         self.token_data.insert(seq, d);
                     }
-                    if let Some(t) = self.trace.as_mut() {
+                    if let Some(t) = self.trace.as_mut().filter(|_| !self.disk.is_full()) {
                         let r = t.first_token(seq, at_ns);
-                        self.note(r);
+                        self.note(LogKind::Trace, r);
                     }
                 }
                 Event::Error(msg) => self.data.errors.push(msg),
@@ -269,9 +286,9 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                     dur_ns,
                     args,
                 }) => {
-                    if let Some(t) = self.trace.as_mut() {
+                    if let Some(t) = self.trace.as_mut().filter(|_| !self.disk.is_full()) {
                         let r = t.span(name, start_ns, dur_ns, &args);
-                        self.note(r);
+                        self.note(LogKind::Trace, r);
                     }
                 }
                 Event::Control(Control::Finish) => break,
@@ -300,9 +317,9 @@ impl<A: Write, T: Write> Aggregator<A, T> {
         }
     }
 
-    fn note(&mut self, r: io::Result<()>) {
+    fn note(&mut self, log: LogKind, r: io::Result<()>) {
         if let Err(e) = r {
-            self.io_error.get_or_insert(e);
+            self.io_error.get_or_insert((log, e));
         }
     }
 
@@ -365,7 +382,8 @@ impl<A: Write, T: Write> Aggregator<A, T> {
             }
         }
 
-        if let Some(data) = c.data.as_deref() {
+        let full = self.disk.is_full();
+        if let Some(data) = c.data.as_deref().filter(|_| !full) {
             let token_data = if self.cfg.use_tokens && self.cfg.first_token_expected {
                 Some(self.token_data.remove(&c.seq))
             } else {
@@ -389,10 +407,10 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                 data,
                 tokens: entry_tokens,
             });
-            self.note(r);
+            self.note(LogKind::Accuracy, r);
         }
 
-        if let Some(t) = self.trace.as_mut() {
+        if let Some(t) = self.trace.as_mut().filter(|_| !full) {
             let span = SampleSpan {
                 sample_seq: c.seq,
                 query_seq: c.query_seq,
@@ -405,7 +423,7 @@ impl<A: Write, T: Write> Aggregator<A, T> {
             if r.is_ok() && self.cfg.server_trace {
                 r = t.latency_counter(&span);
             }
-            self.note(r);
+            self.note(LogKind::Trace, r);
         }
     }
 }

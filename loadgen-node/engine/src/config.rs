@@ -566,22 +566,9 @@ pub(crate) const MAX_PLANNED_SAMPLES: f64 = 1e9;
 /// the ring of samples in flight (48), its place in its query and in the
 /// QDL's queue. (An Offline query of 11 million samples took 110 bytes per
 /// sample in all.) What the samples of a run's plan need must fit in the
-/// machine's memory.
+/// machine's memory: the caller reads the machine and hands its memory in
+/// (`memory` below; `None` where it cannot tell).
 pub const PLANNED_SAMPLE_BYTES: u64 = 128;
-
-/// The memory of this machine (`MemTotal` of /proc/meminfo), in bytes;
-/// `None` where it cannot tell.
-pub fn machine_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .split_whitespace()
-        .next()?
-        .parse::<u64>()
-        .ok()?;
-    Some(kib.saturating_mul(1024))
-}
 
 /// The most samples a plan may hold on a machine of `memory` bytes (`None`:
 /// unknown): what their bookkeeping fits in, and [`MAX_PLANNED_SAMPLES`].
@@ -750,14 +737,10 @@ const CHECKED: &[(&str, Option<Scenario>, Accepted)] = &[
 
 impl ConfigFile {
     /// Checks the values that `apply` would use for `model` run as
-    /// `scenario` against the ranges a run can honour on this machine. Every
-    /// problem is reported, each with the file, line, key and accepted range.
-    pub fn check_values(&self, model: &str, scenario: Scenario) -> Result<(), ConfigError> {
-        self.check_values_within(model, scenario, machine_memory())
-    }
-
-    /// [`Self::check_values`] on a machine of `memory` bytes (`None`: unknown).
-    pub fn check_values_within(
+    /// `scenario` against the ranges a run can honour on a machine of
+    /// `memory` bytes (`None`: unknown). Every problem is reported, each
+    /// with the file, line, key and accepted range.
+    pub fn check_values(
         &self,
         model: &str,
         scenario: Scenario,
@@ -826,18 +809,13 @@ impl ConfigFile {
 }
 
 /// Refuses settings that are each in range but together plan more samples
-/// than a run can keep track of on this machine (see
+/// than a run can keep track of on the machine (see
 /// [`max_planned_samples`]): the queries a run generates until both its
 /// minimum duration and its minimum count are reached (twice the duration
 /// at the expected latency for SingleStream and MultiStream, as the official
 /// LoadGen plans them), their samples, or an Offline query of target_qps ×
-/// min_duration.
-pub fn check_scale(s: &TestSettings) -> Result<(), ConfigError> {
-    check_scale_within(s, machine_memory())
-}
-
-/// [`check_scale`] on a machine of `memory` bytes (`None`: unknown).
-pub fn check_scale_within(s: &TestSettings, memory: Option<u64>) -> Result<(), ConfigError> {
+/// min_duration, on a machine of `memory` bytes (`None`: unknown).
+pub fn check_scale(s: &TestSettings, memory: Option<u64>) -> Result<(), ConfigError> {
     let seconds = s.min_duration_ms as f64 / 1000.0;
     let count = s.min_query_count as f64;
     let (planned, from) = match s.scenario {
@@ -969,6 +947,9 @@ pub struct SettingsSources {
     pub user_conf: Option<PathBuf>,
     /// Wins over any `mode` key of the config files.
     pub mode: Option<TestMode>,
+    /// The memory of the machine the run is for, which bounds the counts
+    /// the files may ask for; `None`: unknown.
+    pub memory: Option<u64>,
 }
 
 impl SettingsSources {
@@ -990,12 +971,12 @@ impl SettingsSources {
             ConfKind::MlperfConf,
         )?;
         if self.mlperf_conf.is_some() {
-            rules.check_values(&self.model, self.scenario)?;
+            rules.check_values(&self.model, self.scenario, self.memory)?;
         }
         if let Some(path) = &self.user_conf {
             let user = ConfigFile::read(path)?;
             user.check_known_keys()?;
-            user.check_values(&self.model, self.scenario)?;
+            user.check_values(&self.model, self.scenario, self.memory)?;
             user.apply(
                 &mut settings,
                 &self.model,
@@ -1006,7 +987,7 @@ impl SettingsSources {
         if let Some(mode) = self.mode {
             settings.mode = mode;
         }
-        check_scale(&settings)?;
+        check_scale(&settings, self.memory)?;
         Ok(settings)
     }
 }
@@ -1153,6 +1134,7 @@ mod tests {
             mlperf_conf: None,
             user_conf: Some(user.clone()),
             mode: None,
+            memory: None,
         };
         let s = src.resolve().unwrap();
         assert_eq!(s.scenario, Scenario::Offline);
@@ -1197,7 +1179,7 @@ mod tests {
                 Scenario::Server,
                 Scenario::Offline,
             ] {
-                rules.check_values(model, scenario).unwrap();
+                rules.check_values(model, scenario, None).unwrap();
                 let mut s = TestSettings {
                     scenario,
                     ..TestSettings::default()
@@ -1205,7 +1187,7 @@ mod tests {
                 rules
                     .apply(&mut s, model, scenario, ConfKind::MlperfConf)
                     .unwrap();
-                check_scale(&s).unwrap();
+                check_scale(&s, None).unwrap();
             }
         }
         rules.check_known_keys().unwrap();
@@ -1218,7 +1200,7 @@ mod tests {
         )
         .unwrap();
         let e = f
-            .check_values("m", Scenario::Server)
+            .check_values("m", Scenario::Server, None)
             .unwrap_err()
             .to_string();
         let lines: Vec<&str> = e.lines().collect();
@@ -1228,10 +1210,10 @@ mod tests {
         );
         assert!(lines[2].contains(":3: `m.Server.min_duration"), "{e}");
         // Keys of another scenario do not matter to this run.
-        f.check_values("m", Scenario::Offline).unwrap();
+        f.check_values("m", Scenario::Offline, None).unwrap();
         parse("*.Server.target_qps = 0\n")
             .unwrap()
-            .check_values("m", Scenario::Offline)
+            .check_values("m", Scenario::Offline, None)
             .unwrap();
         let e = f.check_known_keys().unwrap_err().to_string();
         assert!(e.contains(":1: unknown setting `c` in key `a.b.c`"), "{e}");
@@ -1245,7 +1227,7 @@ mod tests {
         let refused = |line: &str, scenario: Scenario| {
             parse(line)
                 .unwrap()
-                .check_values_within("m", scenario, machine)
+                .check_values("m", scenario, machine)
                 .unwrap_err()
                 .to_string()
         };
@@ -1274,14 +1256,14 @@ mod tests {
         // Within what the machine holds: accepted.
         parse(&format!("*.*.min_query_count = {most}\n"))
             .unwrap()
-            .check_values_within("m", Scenario::Server, machine)
+            .check_values("m", Scenario::Server, machine)
             .unwrap();
         // A machine that holds more: at most a billion samples all the same.
         let e = refused("*.*.min_query_count = 1000000001", Scenario::Server);
         assert!(e.contains(&format!("to {most}")), "{e}");
         let e = parse("*.*.min_query_count = 1000000001\n")
             .unwrap()
-            .check_values_within("m", Scenario::Server, Some(1 << 50))
+            .check_values("m", Scenario::Server, Some(1 << 50))
             .unwrap_err()
             .to_string();
         assert!(
@@ -1301,12 +1283,12 @@ mod tests {
         }
         parse("*.*.min_duration = 0x10\n*.*.max_duration = 010\n")
             .unwrap()
-            .check_values_within("m", Scenario::Server, machine)
+            .check_values("m", Scenario::Server, machine)
             .unwrap();
         // Floating-point settings take floating-point text.
         parse("*.SingleStream.target_latency = 1e1\n")
             .unwrap()
-            .check_values_within("m", Scenario::SingleStream, machine)
+            .check_values("m", Scenario::SingleStream, machine)
             .unwrap();
 
         // Offline: 25 samples/s for a year plan 8.67e8 samples in one query,
@@ -1318,12 +1300,12 @@ mod tests {
             min_duration_ms: 31_536_000_000,
             ..TestSettings::default()
         };
-        let e = check_scale_within(&s, machine).unwrap_err().to_string();
+        let e = check_scale(&s, machine).unwrap_err().to_string();
         assert!(
             e.contains("plan 8.672e8 samples") && e.contains("24.0 GiB of memory"),
             "{e}"
         );
-        check_scale_within(&s, Some(1 << 40)).unwrap();
+        check_scale(&s, Some(1 << 40)).unwrap();
         // The queries a run plans before it issues (SingleStream: twice the
         // duration at the expected latency) are counted too.
         let s = TestSettings {
@@ -1332,7 +1314,7 @@ mod tests {
             min_duration_ms: MAX_DURATION_MS,
             ..TestSettings::default()
         };
-        assert!(check_scale_within(&s, None).is_err());
+        assert!(check_scale(&s, None).is_err());
 
         // What the audit config or the QSL makes of the settings.
         let (eff, _) = EffectiveSettings::derive(

@@ -46,8 +46,14 @@ struct Params {
 }
 
 impl Params {
-    fn new(eff: &EffectiveSettings, set: &LoadableSet, kind: RunKind) -> Params {
-        let loaded_len = set.samples.len();
+    /// For a loaded list of `loaded_len` samples, the first
+    /// `distribution_end` of them before the MultiStream padding.
+    fn new(
+        eff: &EffectiveSettings,
+        loaded_len: usize,
+        distribution_end: usize,
+        kind: RunKind,
+    ) -> Params {
         let multiplier: i64 = if eff.scenario == Scenario::Server {
             1
         } else {
@@ -59,7 +65,7 @@ impl Params {
         let mut min_queries = eff.min_query_count;
         let mut spq = usize::try_from(eff.samples_per_query).unwrap_or(usize::MAX);
         if kind == RunKind::Accuracy && eff.scenario == Scenario::Offline {
-            spq = set.distribution_end;
+            spq = distribution_end;
         }
         if kind == RunKind::Accuracy || eff.performance_issue_unique {
             // Accuracy runs and unique runs never end early: one pass over
@@ -229,7 +235,7 @@ pub struct QueryGenerator {
 impl QueryGenerator {
     /// The generator of one series over the loaded set `set`.
     pub fn new(eff: &EffectiveSettings, set: &LoadableSet, kind: RunKind) -> Self {
-        let p = Params::new(eff, set, kind);
+        let p = Params::new(eff, set.samples.len(), set.distribution_end, kind);
         let loaded = set.samples.clone();
         let dist_end = set.distribution_end.min(loaded.len());
         let equal_issue = eff.sample_concatenate_permutation;
@@ -344,7 +350,19 @@ impl QueryGenerator {
     /// Sample choice never influences how many queries are generated or
     /// their offsets, so only the schedule is replayed.
     pub fn plan(eff: &EffectiveSettings, set: &LoadableSet, kind: RunKind) -> GenerationPlan {
-        let p = Params::new(eff, set, kind);
+        Self::plan_for(eff, set.samples.len(), set.distribution_end, kind)
+    }
+
+    /// [`Self::plan`] for a loaded list of `loaded_len` samples, the first
+    /// `distribution_end` before the MultiStream padding: its indices do
+    /// not matter.
+    pub(crate) fn plan_for(
+        eff: &EffectiveSettings,
+        loaded_len: usize,
+        distribution_end: usize,
+        kind: RunKind,
+    ) -> GenerationPlan {
+        let p = Params::new(eff, loaded_len, distribution_end, kind);
         let mut timeline = Timeline::new(eff, &p);
         while timeline.has_next() {
             timeline.advance();

@@ -15,11 +15,14 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use crate::accuracy_log::AccuracyLog;
-use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig, SeriesData};
+use crate::aggregator::{
+    Aggregator, Control, Event, LatencyBounds, LogKind, SeriesConfig, SeriesData,
+};
 use crate::clock::{self, Clock, MonoClock};
-use crate::completion::Ring;
+use crate::completion::{Completer, Ring};
 use crate::config::{self, ConfigFile};
 use crate::detail::{here, DetailLog, Location, LogValue};
+use crate::disk::{Disk, LogFile, Reserve};
 use crate::escape::json_escaped;
 use crate::issue::{Issued, Issuer};
 use crate::live::LiveStats;
@@ -48,6 +51,13 @@ pub struct LogSettings {
     pub prefix_with_datetime: bool,
     /// Write the trace log (`trace.json`); the file is created either way.
     pub enable_trace: bool,
+    /// Where to hold [`disk::RESERVE_BYTES`](crate::disk::RESERVE_BYTES)
+    /// on the logs' filesystem while the test runs (a file removed after
+    /// it): when a write finds the disk full, the test ends at once with
+    /// the reason and the reserve makes room for the logs' last records.
+    /// `None`: no reserve (the test still ends at once, and its logs stop
+    /// where the disk filled).
+    pub reserve: Option<PathBuf>,
 }
 
 impl Default for LogSettings {
@@ -58,6 +68,7 @@ impl Default for LogSettings {
             suffix: String::new(),
             prefix_with_datetime: false,
             enable_trace: true,
+            reserve: None,
         }
     }
 }
@@ -189,7 +200,16 @@ pub fn start_test_with_clock(
     };
     let (summary_path, detail_path) = (path("summary.txt"), path("detail.txt"));
     let (accuracy_path, trace_path) = (path("accuracy.json"), path("trace.json"));
-    let create = |p: &Path| File::create(p).map(BufWriter::new).map_err(io_err(p));
+    let reserve = match &log_settings.reserve {
+        Some(p) => Some(Reserve::hold(p.clone()).map_err(io_err(p))?),
+        None => None,
+    };
+    let disk = Disk::new(reserve);
+    let create = |p: &Path| {
+        File::create(p)
+            .map(|f| BufWriter::new(LogFile::new(f, p.to_path_buf(), disk.clone())))
+            .map_err(io_err(p))
+    };
     let summary_out = create(&summary_path)?;
     let detail_out = create(&detail_path)?;
     let accuracy_out = create(&accuracy_path)?;
@@ -207,9 +227,10 @@ pub fn start_test_with_clock(
     };
     let (tx, rx) = mpsc::channel::<Event>();
     let aggregator_live = live.clone();
+    let aggregator_disk = disk.clone();
     let aggregator = thread::Builder::new()
         .name("loadgen-completions".into())
-        .spawn(move || Aggregator::new(accuracy, trace, aggregator_live).run(rx))
+        .spawn(move || Aggregator::new(accuracy, trace, aggregator_live, aggregator_disk).run(rx))
         .map_err(|e| RunError::Aggregator(e.to_string()))?;
 
     let mut test = Test {
@@ -229,6 +250,7 @@ pub fn start_test_with_clock(
         run_error: None,
         performance: None,
         live,
+        disk: disk.clone(),
     };
     let run = test.run(requested, audit, &datetime);
     let reported = run.is_ok().then(|| test.sut_report()).transpose();
@@ -246,25 +268,37 @@ pub fn start_test_with_clock(
         .join()
         .map_err(|_| RunError::Aggregator("it panicked".into()))?;
     let accuracy_entries = accuracy.entries();
-    accuracy.finish().map_err(io_err(&accuracy_path))?;
-    if let Some(t) = trace {
-        t.finish().map_err(io_err(&trace_path))?;
+    let closed = [
+        accuracy.finish().map(drop).map_err(io_err(&accuracy_path)),
+        trace.map_or(Ok(()), |t| {
+            t.finish().map(drop).map_err(io_err(&trace_path))
+        }),
+        agg_io.map_or(Ok(()), |(log, source)| {
+            Err(RunError::Io {
+                path: match log {
+                    LogKind::Accuracy => accuracy_path.clone(),
+                    LogKind::Trace => trace_path.clone(),
+                },
+                source,
+            })
+        }),
+        run,
+        reported.map(drop),
+        summary_written,
+        detail_written,
+    ];
+    // On a full disk the run has failed, and says why: what could not be
+    // written after that is part of the same failure.
+    let full = disk.reason();
+    if full.is_none() {
+        closed.into_iter().try_for_each(|r| r)?;
     }
-    if let Some(e) = agg_io {
-        return Err(RunError::Io {
-            path: accuracy_path,
-            source: e,
-        });
-    }
-    run?;
-    reported?;
-    summary_written?;
-    detail_written?;
+    let run_error = test.run_error.take().or(full);
     Ok(TestOutcome {
         performance: test.performance.take(),
         warnings: test.detail.warnings(),
         errors: test.detail.errors(),
-        run_error: test.run_error.take(),
+        run_error,
         accuracy_entries,
         summary_path,
         detail_path,
@@ -272,13 +306,16 @@ pub fn start_test_with_clock(
     })
 }
 
+/// A log file as the test writes it.
+type Log = BufWriter<LogFile>;
+
 struct Test<'a> {
     sut: &'a dyn SystemUnderTest,
     qsl: &'a dyn QuerySampleLibrary,
     clock: Arc<dyn Clock>,
-    detail: DetailLog<BufWriter<File>>,
+    detail: DetailLog<Log>,
     detail_path: PathBuf,
-    summary_out: BufWriter<File>,
+    summary_out: Log,
     summary_path: PathBuf,
     completer: Option<Ring>,
     events: mpsc::Sender<Event>,
@@ -291,6 +328,8 @@ struct Test<'a> {
     run_error: Option<String>,
     performance: Option<PerformanceResult>,
     live: Arc<LiveStats>,
+    /// The logs' filesystem: a write that finds it full ends the run.
+    disk: Arc<Disk>,
 }
 
 /// How one series ended.
@@ -381,18 +420,23 @@ impl<'a> Test<'a> {
         }
         // The config files' and flags' values were checked; what the audit
         // config and the QSL's sizes make of them is checked here, before
-        // anything is allocated for them.
-        if let Err(why) = config::check_planned(&eff, config::machine_memory()) {
+        // anything is allocated for them, against the limit of any machine.
+        // The host's own memory is the caller's to check, before it
+        // connects (`footprint`): this core never reads the machine.
+        if let Err(why) = config::check_planned(&eff, None) {
             return self.fail(why, here!());
         }
 
         let capacity = ring_capacity(&eff);
-        self.completer = Some(Ring::new(
+        let ring = Ring::new(
             self.clock.clone(),
             capacity,
             self.events.clone(),
             self.enable_trace,
-        ));
+        );
+        let run: Completer = ring.clone().into();
+        self.disk.watch(move |reason| run.abort(reason));
+        self.completer = Some(ring);
 
         match eff.mode {
             TestMode::AccuracyOnly => self.accuracy_phase(&eff),

@@ -49,6 +49,15 @@ impl Sequencer {
         self.skip(samples as u64, 1);
     }
 
+    /// Of the next `samples` samples, how many `sampling` logs (they are
+    /// drawn for, as if issued).
+    pub(crate) fn count_logged(&mut self, samples: u64, sampling: &AccuracySampling) -> u64 {
+        self.next_seq += samples;
+        (0..samples)
+            .filter(|_| sampling.logs(self.acc_value_rng.canonical()))
+            .count() as u64
+    }
+
     /// `samples` samples in `queries` queries generated but not issued.
     pub(crate) fn skip(&mut self, samples: u64, queries: u64) {
         self.next_query_seq += queries;
@@ -86,6 +95,12 @@ impl AccuracySampling {
             offset,
             probability,
         }
+    }
+
+    /// Whether draws log samples. At a probability of 0 only a draw that
+    /// lands exactly on the offset's complement would (one in 2^53): none.
+    pub(crate) fn logs_any(&self) -> bool {
+        self.all || self.probability > 0.0
     }
 
     #[inline]

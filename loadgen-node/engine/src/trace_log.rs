@@ -119,6 +119,34 @@ impl<W: Write> TraceLog<W> {
     }
 }
 
+/// The most bytes the trace holds for one sample of a test that lasts less
+/// than a day and issues fewer than 10^12 samples: its `Sample` pair, in
+/// Server its `Latency` counter, with `first_token` its `Token` instant.
+pub(crate) fn sample_bytes(server: bool, first_token: bool) -> u64 {
+    const DAY_NS: i64 = 86_400 * 1_000_000_000;
+    let span = SampleSpan {
+        sample_seq: 999_999_999_999,
+        query_seq: 999_999_999_999,
+        sample_idx: 999_999_999,
+        scheduled_ns: DAY_NS,
+        issued_ns: 2 * DAY_NS,
+        completed_ns: 3 * DAY_NS,
+    };
+    let Ok(mut t) = TraceLog::new(Vec::new(), 0.0) else {
+        unreachable!("writing to memory does not fail")
+    };
+    t.pid = 4_194_304;
+    let header = t.out.len();
+    let _ = t.sample(&span);
+    if server {
+        let _ = t.latency_counter(&span);
+    }
+    if first_token {
+        let _ = t.first_token(span.sample_seq, span.completed_ns);
+    }
+    (t.out.len() - header) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

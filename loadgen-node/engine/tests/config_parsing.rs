@@ -393,6 +393,7 @@ fn sources_resolve_in_order() {
         mlperf_conf: None,
         user_conf: Some(user),
         mode: Some(TestMode::SubmissionRun),
+        memory: None,
     };
     let st = src.resolve().unwrap();
     assert_eq!(st.server_target_qps, 1500.0);

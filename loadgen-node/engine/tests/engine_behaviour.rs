@@ -289,6 +289,52 @@ fn a_dead_sut_ends_the_run_promptly_and_invalid() {
     }
 }
 
+/// A log whose disk is full (the trace, written to /dev/full): the run ends
+/// at once, INVALID, saying which file and why, every other log closed
+/// after whole records and the reserve given back.
+#[test]
+fn a_full_disk_ends_the_run_at_once_and_says_why() {
+    let dir = out_dir("full-disk");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("mlperf_log_trace.json");
+    std::os::unix::fs::symlink("/dev/full", &trace).unwrap();
+    let reserve = dir.join("reserve");
+    let log = LogSettings {
+        outdir: dir.to_path_buf(),
+        reserve: Some(reserve.clone()),
+        ..LogSettings::default()
+    };
+    let sut = ThreadedSut::new();
+    let started = std::time::Instant::now();
+    let outcome = start_test(
+        &sut,
+        &SizedQsl::new(256, 128),
+        &server(2_000.0, 60_000),
+        &log,
+        None,
+    )
+    .expect("the run ends with an outcome");
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "the run did not end at once"
+    );
+    let err = outcome.run_error.expect("the run fails");
+    assert!(
+        err.contains("the disk is full") && err.contains("mlperf_log_trace.json"),
+        "{err}"
+    );
+    let records = detail(&dir);
+    assert_eq!(values(&records, "result_validity")[0], "INVALID");
+    assert!(values(&records, "error_runtime")
+        .iter()
+        .any(|v| v.as_str().is_some_and(|t| t.contains("the disk is full"))));
+    assert!(summary(&dir).contains("The run failed: Run aborted: the disk is full"));
+    let accuracy = std::fs::read_to_string(dir.join("mlperf_log_accuracy.json")).unwrap();
+    serde_json::from_str::<Value>(&accuracy).expect("the accuracy log stays valid JSON");
+    assert!(!reserve.exists(), "the reserve is given back");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn submission_run_logs_every_sample_then_measures() {
     let sut = ThreadedSut::new();

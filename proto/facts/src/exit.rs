@@ -14,11 +14,12 @@ pub enum Exit {
     Done,
     /// An error stopped it before or outside its work: bad flags (clap's
     /// usage errors too), a file or config refused (named with its line or
-    /// key), a port taken, a backend that cannot load, nothing reachable;
-    /// stderr says which.
+    /// key), a port taken, a backend that cannot load, nothing reachable, a
+    /// node that refused the session, a run that does not fit the host's
+    /// memory or disk; stderr says which.
     Error,
-    /// The run failed once started: a node died or misbehaved. Its logs are
-    /// marked (native: the detail log's error; official: `*.failed-run` and
+    /// The run failed once started: a node died or misbehaved, or the disk
+    /// filled. Its logs are marked (native: the detail log's error; official: `*.failed-run` and
     /// `RUN_FAILED.txt`).
     RunFailed,
     /// A logged answer is not the synthetic backend's answer for its sample

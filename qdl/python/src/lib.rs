@@ -209,6 +209,7 @@ impl PyQdl {
         max_answer_bytes = None,
         io_threads = None,
         max_in_flight = qdl::DEFAULT_MAX_IN_FLIGHT,
+        token_latencies = None,
         tls_pin = Vec::new(),
         tls_ca = None,
         tls_insecure = false,
@@ -232,6 +233,7 @@ impl PyQdl {
         max_answer_bytes: Option<usize>,
         io_threads: Option<usize>,
         max_in_flight: u64,
+        token_latencies: Option<bool>,
         tls_pin: Vec<String>,
         tls_ca: Option<String>,
         tls_insecure: bool,
@@ -282,6 +284,8 @@ impl PyQdl {
             )?,
             io_threads,
             max_in_flight: max_in_flight.max(1),
+            token_latencies: token_latencies
+                .unwrap_or_else(|| facts::benchmarks::find(&model_name).is_some_and(|b| b.llm)),
             answer_compression_refused: compression.err(),
         };
         let loadgen = Arc::new(PythonLoadGen::import(py)?);

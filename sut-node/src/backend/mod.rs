@@ -85,6 +85,18 @@ pub trait SampleSink {
     }
 }
 
+/// What a session asks of the node's answers, for
+/// [`Backend::cannot_serve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionNeeds<'a> {
+    /// The benchmark, as the session names it.
+    pub model: &'a str,
+    /// The LoadGen judges the session on token latencies (LLM benchmarks):
+    /// every answer must carry its token count, more than one, and (but in
+    /// Offline) follow its first token.
+    pub token_latencies: bool,
+}
+
 /// What runs a node's samples: an accelerator's runtime, an inference server
 /// the node forwards to, or the synthetic emulation.
 ///
@@ -157,6 +169,21 @@ pub trait SampleSink {
 pub trait Backend: Send + Sync + 'static {
     /// Reported to the LoadGen node in `SessionReply.backend`.
     fn name(&self) -> &str;
+
+    /// Why this backend cannot answer a session that needs `needs`, if it
+    /// cannot: the node refuses the session with this reason, before any
+    /// sample is sent. By default a backend answers any session that is
+    /// not judged on token latencies; one that counts tokens says so here.
+    fn cannot_serve(&self, needs: &SessionNeeds<'_>) -> Option<String> {
+        needs.token_latencies.then(|| {
+            format!(
+                "the {} backend's answers carry no token counts, and a {} session is judged on \
+                 token latencies (each answer's token count, after its first token)",
+                self.name(),
+                needs.model
+            )
+        })
+    }
 
     /// Loads the model and runs whatever makes the first real batch as fast
     /// as the next ones. The node reports ready only after this returns.

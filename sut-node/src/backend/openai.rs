@@ -34,7 +34,9 @@ use thiserror::Error;
 use tokio::sync::mpsc::{self, UnboundedSender};
 
 use super::forward::{run_batch, Runtime};
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
+use super::{
+    Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink, SessionNeeds,
+};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -347,6 +349,11 @@ impl Openai {
 impl Backend for Openai {
     fn name(&self) -> &str {
         "openai"
+    }
+
+    /// Every completion is streamed and its tokens counted.
+    fn cannot_serve(&self, _: &SessionNeeds<'_>) -> Option<String> {
+        None
     }
 
     fn warm_up(&self) -> Result<(), BackendError> {

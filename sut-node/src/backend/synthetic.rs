@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use thiserror::Error;
 
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink};
+use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleSink, SessionNeeds};
 
 /// How long the emulated accelerator takes for one batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -216,6 +216,27 @@ fn sleep_until(deadline: Instant) {
 impl Backend for Synthetic {
     fn name(&self) -> &str {
         "synthetic"
+    }
+
+    /// It answers as it was started: as an LLM only with `--llm-tokens`
+    /// (or an LLM `--benchmark`), never as the session asks.
+    fn cannot_serve(&self, needs: &SessionNeeds<'_>) -> Option<String> {
+        let tokens = self.config.llm_tokens;
+        match (needs.token_latencies, tokens) {
+            (false, _) | (true, 2..) => None,
+            (true, 0) => Some(format!(
+                "a {} session is judged on token latencies, and this node's synthetic backend \
+                 answers without tokens: start it with --benchmark {} (or --llm-tokens N, N of \
+                 2 or more)",
+                needs.model, needs.model
+            )),
+            (true, _) => Some(format!(
+                "a {} session is judged on token latencies, and this node's synthetic backend \
+                 answers with {tokens} token, where the LoadGen needs more than one: start it \
+                 with --llm-tokens 2 or more",
+                needs.model
+            )),
+        }
     }
 
     fn warm_up(&self) -> Result<(), BackendError> {

@@ -18,12 +18,12 @@ fuzz_target!(|data: &[u8]| {
         Scenario::Server,
         Scenario::Offline,
     ] {
-        let _ = file.check_values("resnet50", scenario);
+        let _ = file.check_values("resnet50", scenario, Some(24 << 30));
         let mut settings = TestSettings {
             scenario,
             ..TestSettings::default()
         };
         let _ = file.apply(&mut settings, "resnet50", scenario, ConfKind::UserConf);
-        let _ = config::check_scale(&settings);
+        let _ = config::check_scale(&settings, Some(24 << 30));
     }
 });

@@ -24,7 +24,9 @@ use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
 use super::forward::{run_batch, Runtime};
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
+use super::{
+    Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink, SessionNeeds,
+};
 use reassembly::StreamReassembly;
 
 mod output;
@@ -506,6 +508,18 @@ impl Kserve {
 impl Backend for Kserve {
     fn name(&self) -> &str {
         "kserve"
+    }
+
+    /// Token counts come from a decoupled model's stream of responses.
+    fn cannot_serve(&self, needs: &SessionNeeds<'_>) -> Option<String> {
+        (needs.token_latencies && !self.args.kserve_stream).then(|| {
+            format!(
+                "a {} session is judged on token latencies, and the kserve backend counts \
+                 tokens only over a stream: start the node with --kserve-stream (a decoupled \
+                 model that streams its tokens)",
+                needs.model
+            )
+        })
     }
 
     fn warm_up(&self) -> Result<(), BackendError> {

@@ -26,7 +26,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use candle_core::{DType, Device};
 
-use super::{Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink};
+use super::{
+    Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink, SessionNeeds,
+};
 pub use device::{DeviceSpec, ParseDeviceError};
 pub use error::LlmError;
 use generate::Loaded;
@@ -189,6 +191,11 @@ impl Llm {
 impl Backend for Llm {
     fn name(&self) -> &str {
         "llm"
+    }
+
+    /// It generates tokens and counts them.
+    fn cannot_serve(&self, _: &SessionNeeds<'_>) -> Option<String> {
+        None
     }
 
     fn warm_up(&self) -> Result<(), BackendError> {
