@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
+use loadgen_engine::latency_file::{self, LatencyFileSettings};
 use loadgen_engine::live::LiveStats;
 use loadgen_engine::null_sut::{NullAnswer, NullSut};
 use loadgen_engine::runner::{start_test_with_live, LogSettings, TestOutcome};
@@ -35,6 +36,7 @@ pub(crate) fn run(plan: &RunPlan) -> Result<Exit> {
     let log_settings = LogSettings {
         outdir: plan.output.dir.clone(),
         enable_trace: plan.output.trace,
+        latency_file: latency_file_settings(plan),
         ..LogSettings::default()
     };
     let outcome = {
@@ -53,12 +55,32 @@ pub(crate) fn run(plan: &RunPlan) -> Result<Exit> {
     observers.finish(plan, view.as_ref(), outcome.run_error.is_some())
 }
 
+/// Each sample's latency goes to a side file in the extras directory, for
+/// `loadgen-node compare` (never into the MLPerf logs).
+fn latency_file_settings(plan: &RunPlan) -> Option<LatencyFileSettings> {
+    let extras = &plan.output.extras;
+    if let Err(e) = std::fs::create_dir_all(extras) {
+        eprintln!(
+            "loadgen-node: warning: cannot create {}: {e}; no per-sample latencies",
+            extras.display()
+        );
+        return None;
+    }
+    Some(LatencyFileSettings {
+        path: extras.join(latency_file::FILE),
+        benchmark: plan.test.model.clone(),
+    })
+}
+
 fn print_outcome(outcome: &TestOutcome) {
     if let Some(p) = &outcome.performance {
         print!("{}", p.summary);
     }
     if let Some(e) = &outcome.run_error {
         eprintln!("loadgen-node: the run failed: {e}");
+    }
+    if let Some(e) = &outcome.latency_file_error {
+        eprintln!("loadgen-node: warning: the per-sample latencies are incomplete: {e}");
     }
     println!(
         "\n{} warning(s), {} error(s); {} accuracy-log entries. Logs: {}",

@@ -61,6 +61,7 @@ pub mod early_stopping;
 mod effective;
 mod escape;
 mod issue;
+pub mod latency_file;
 pub mod live;
 mod loadable;
 pub mod null_sut;

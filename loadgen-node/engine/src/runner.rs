@@ -15,13 +15,16 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use crate::accuracy_log::AccuracyLog;
-use crate::aggregator::{Aggregator, Control, Event, LatencyBounds, SeriesConfig, SeriesData};
+use crate::aggregator::{
+    Aggregator, Control, Event, Finished, LatencyBounds, SeriesConfig, SeriesData,
+};
 use crate::clock::{self, Clock, MonoClock};
 use crate::completion::Ring;
 use crate::config::{self, ConfigFile};
 use crate::detail::{here, DetailLog, Location, LogValue};
 use crate::escape::json_escaped;
 use crate::issue::{Issued, Issuer};
+use crate::latency_file::{LatencyFileSettings, LatencyWriter, SeriesKind};
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
 use crate::number_format::fixed6;
@@ -48,6 +51,9 @@ pub struct LogSettings {
     pub prefix_with_datetime: bool,
     /// Write the trace log (`trace.json`); the file is created either way.
     pub enable_trace: bool,
+    /// Write each sample's latency to this side file (not one of the MLPerf
+    /// logs; see [`crate::latency_file`]).
+    pub latency_file: Option<LatencyFileSettings>,
 }
 
 impl Default for LogSettings {
@@ -58,6 +64,7 @@ impl Default for LogSettings {
             suffix: String::new(),
             prefix_with_datetime: false,
             enable_trace: true,
+            latency_file: None,
         }
     }
 }
@@ -90,6 +97,9 @@ pub struct TestOutcome {
     pub detail_path: PathBuf,
     /// Path of the accuracy log.
     pub accuracy_path: PathBuf,
+    /// Why the latency side file could not be written, when it was asked
+    /// for and failed (the run and its logs stand).
+    pub latency_file_error: Option<String>,
 }
 
 /// The result of the performance run.
@@ -205,11 +215,23 @@ pub fn start_test_with_clock(
     } else {
         None
     };
+    let mut latency_file_error = None;
+    let latencies =
+        log_settings
+            .latency_file
+            .as_ref()
+            .and_then(|f| match LatencyWriter::create(f) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    latency_file_error = Some(format!("cannot create {}: {e}", f.path.display()));
+                    None
+                }
+            });
     let (tx, rx) = mpsc::channel::<Event>();
     let aggregator_live = live.clone();
     let aggregator = thread::Builder::new()
         .name("loadgen-completions".into())
-        .spawn(move || Aggregator::new(accuracy, trace, aggregator_live).run(rx))
+        .spawn(move || Aggregator::new(accuracy, trace, latencies, aggregator_live).run(rx))
         .map_err(|e| RunError::Aggregator(e.to_string()))?;
 
     let mut test = Test {
@@ -242,9 +264,17 @@ pub fn start_test_with_clock(
         .map_err(io_err(&summary_path));
     let detail_written = test.detail.flush().map_err(io_err(&detail_path));
     let _ = test.events.send(Event::Control(Control::Finish));
-    let (accuracy, trace, agg_io) = aggregator
+    let Finished {
+        accuracy,
+        trace,
+        io_error: agg_io,
+        latency_file_error: latency_io,
+    } = aggregator
         .join()
         .map_err(|_| RunError::Aggregator("it panicked".into()))?;
+    if let (Some(e), Some(f)) = (latency_io, &log_settings.latency_file) {
+        latency_file_error.get_or_insert(format!("cannot write {}: {e}", f.path.display()));
+    }
     let accuracy_entries = accuracy.entries();
     accuracy.finish().map_err(io_err(&accuracy_path))?;
     if let Some(t) = trace {
@@ -269,6 +299,7 @@ pub fn start_test_with_clock(
         summary_path,
         detail_path,
         accuracy_path,
+        latency_file_error,
     })
 }
 
@@ -716,6 +747,7 @@ impl<'a> Test<'a> {
         completer.send(Event::Control(Control::BeginSeries(series_config(
             eff,
             plan.samples_per_query,
+            kind,
         ))));
 
         let issued = Issuer {
@@ -843,10 +875,16 @@ impl<'a> Test<'a> {
 }
 
 /// What the aggregator needs to know about a series before it starts.
-fn series_config(eff: &EffectiveSettings, samples_per_query: u64) -> SeriesConfig {
+fn series_config(eff: &EffectiveSettings, samples_per_query: u64, kind: RunKind) -> SeriesConfig {
     let scenario = eff.scenario;
     let use_tokens = eff.use_token_latencies;
     SeriesConfig {
+        kind: match kind {
+            RunKind::Accuracy => SeriesKind::Accuracy,
+            RunKind::Performance => SeriesKind::Performance,
+        },
+        scenario,
+        samples_per_query,
         multi_stream_spq: (scenario == Scenario::MultiStream).then_some(samples_per_query),
         use_tokens,
         first_token_expected: use_tokens && scenario != Scenario::Offline,
