@@ -25,11 +25,15 @@ pub enum Exit {
     BelowBandwidth,
     /// submission: a result is missing, INVALID or refused by the checker.
     SubmissionIncomplete,
+    /// compare --fail-on-regression PCT: a metric the scenario is judged by
+    /// is worse by more than PCT percent beyond its 95 % interval, or a
+    /// VALID base side became INVALID.
+    Regressed,
 }
 
 impl Exit {
     /// Every status, in the order of their numbers.
-    pub const ALL: [Exit; 7] = [
+    pub const ALL: [Exit; 8] = [
         Exit::Done,
         Exit::Error,
         Exit::RunFailed,
@@ -37,6 +41,7 @@ impl Exit {
         Exit::AuditFailed,
         Exit::BelowBandwidth,
         Exit::SubmissionIncomplete,
+        Exit::Regressed,
     ];
 
     /// The process status.
@@ -49,6 +54,7 @@ impl Exit {
             Exit::AuditFailed => 4,
             Exit::BelowBandwidth => 5,
             Exit::SubmissionIncomplete => 6,
+            Exit::Regressed => 7,
         }
     }
 
@@ -71,6 +77,7 @@ impl Exit {
             Exit::AuditFailed => "the audit failed",
             Exit::BelowBandwidth => "the bandwidth is below the rules' minimum",
             Exit::SubmissionIncomplete => "the submission is incomplete",
+            Exit::Regressed => "a metric regressed beyond its interval",
         }
     }
 }
@@ -88,7 +95,7 @@ mod tests {
 
     #[test]
     fn the_statuses_keep_their_documented_numbers() {
-        assert_eq!(Exit::ALL.map(Exit::code), [0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(Exit::ALL.map(Exit::code), [0, 1, 2, 3, 4, 5, 6, 7]);
     }
 
     #[test]

@@ -58,13 +58,23 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 /// breakdown in `extras`) to `out`.
 pub fn write(dir: &Path, extras: &Path, out: &Path) -> Result<()> {
     let data = gather(dir, extras)?;
+    write_page(TEMPLATE, &data, out)
+}
+
+/// Writes one of loadgen-node's HTML pages: `template` with the drawing
+/// helpers (`charts.js`) in its `/*CHARTS*/` script and `data` in its
+/// `/*DATA*/null` one.
+pub fn write_page(template: &str, data: &Value, out: &Path) -> Result<()> {
     // `</` may not appear inside the script element that holds the data.
-    let json = serde_json::to_string(&data)?.replace("</", "<\\/");
-    let page = TEMPLATE.replace("/*DATA*/null", &json);
+    let json = serde_json::to_string(data)?.replace("</", "<\\/");
+    let page = template
+        .replace("/*CHARTS*/", CHARTS)
+        .replace("/*DATA*/null", &json);
     std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))
 }
 
 const TEMPLATE: &str = include_str!("report.html");
+const CHARTS: &str = include_str!("charts.js");
 
 /// Points of the latency CDF and bins of the timeline.
 const CDF_POINTS: usize = 200;

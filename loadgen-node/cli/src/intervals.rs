@@ -75,7 +75,8 @@ pub fn t_quantile(df: f64) -> f64 {
 
 /// The ranks (0-based, into the sorted sample) of the interval of the
 /// p-quantile of `n` independent samples: the central 95 % of a
-/// Binomial(n, p) count.
+/// Binomial(n, p) count. Where even the last sample is not far enough
+/// (n (1 - p) small), the upper one is the last.
 fn rank_interval(n: u64, p: f64) -> (f64, f64) {
     let alpha = (1.0 - CONFIDENCE) / 2.0;
     match Binomial::new(p, n) {
@@ -130,9 +131,17 @@ pub fn quantile_interval(seq: &[f64], p: f64) -> Option<QuantileEstimate> {
     let n = sorted.len();
     let value = percentile(&sorted, p);
     let n_eff = effective_size(seq, value).max(1.0);
-    let (lo_rank, hi_rank) = rank_interval(n_eff.round() as u64, p);
-    // The ranks over n_eff samples, as quantile levels of the whole run.
-    let at = |rank: f64| sorted[((rank / n_eff.round() * n as f64) as usize).min(n - 1)];
+    let m = n_eff.round().max(1.0) as u64;
+    let (lo_rank, hi_rank) = rank_interval(m, p);
+    // A rank among m effective samples, as the same place among the n
+    // there are (the first to the first, the last to the last).
+    let at = |rank: f64| {
+        let i = match m {
+            1 => n - 1,
+            _ => (rank * (n - 1) as f64 / (m - 1) as f64).round() as usize,
+        };
+        sorted[i.min(n - 1)]
+    };
     Some(QuantileEstimate {
         estimate: Estimate {
             value,

@@ -6,8 +6,10 @@
 //! and reported by `observe`. Around it: the Query Sample Library that holds
 //! the data (`qsl`), the built-in benchmark table, the live progress line,
 //! the commands besides a single run (`audit`, `submission`, `preflight`,
-//! `report`, `check-synthetic`, `suite`) and the exit statuses they share
-//! (`exit`).
+//! `report`, `compare`, `sweep`, `check-synthetic`, `suite`) and the exit
+//! statuses they share (`exit`). `run_dir` reads a finished run's outputs
+//! back for those that look at runs (`report`, `compare`, `sweep`), and
+//! `intervals` holds compare's statistics.
 
 // Only the FFI to the official LoadGen needs unsafe code.
 #![deny(unsafe_code)]
@@ -16,6 +18,7 @@ pub mod args;
 pub mod audit;
 pub mod benchmarks;
 pub mod breakdown;
+pub mod compare;
 pub mod compliance;
 pub mod engines;
 pub mod exit;
@@ -36,6 +39,7 @@ pub mod qsl;
 pub mod run_dir;
 pub mod submission;
 pub mod suite;
+pub mod sweep;
 mod system;
 pub mod tls;
 pub mod verify;
