@@ -26,7 +26,7 @@ pub struct CompareArgs {
     #[arg(required = true, num_args = 1.., value_name = "BASE")]
     pub base: Vec<PathBuf>,
 
-    /// The new side, after `--`.
+    /// The new side, after `--` (compare's own flags go before BASE).
     #[arg(last = true, required = true, value_name = "NEW")]
     pub new: Vec<PathBuf>,
 
@@ -583,10 +583,10 @@ fn methods_text(rows: &[Row], base: &Side, new: &Side) -> String {
             .map(SampleSource::file)
             .collect();
         parts.push(format!(
-            "each run's per-sample latencies ({}): percentiles by order-statistic (binomial) intervals over the effective sample size (batch means of {} consecutive batches), rates by the batch means of {} time slices (Student's t)",
+            "each run's per-sample latencies ({}): percentiles by order-statistic (binomial) intervals over the effective sample size (batch means of {} consecutive batches), rates by the batch means of {} time slices, the first and last left out (Student's t)",
             files.join(", "),
             intervals::BATCHES,
-            intervals::BATCHES
+            intervals::BATCHES - 2
         ));
     }
     if used.contains(&Method::DetailLog) {
@@ -932,6 +932,16 @@ const TEMPLATE: &str = include_str!("compare.html");
 
 /// Runs the comparison; its exit status.
 pub fn run(args: &CompareArgs) -> Result<Exit> {
+    if let Some(flag) = args
+        .new
+        .iter()
+        .find(|p| p.to_string_lossy().starts_with('-'))
+    {
+        bail!(
+            "`{}` after `--` would be read as a run directory: give compare's flags before BASE",
+            flag.display()
+        );
+    }
     let base = Side::read("base", &args.base)?;
     let new = Side::read("new", &args.new)?;
     let reference = &base.runs[0];

@@ -203,10 +203,21 @@ fn shared_flags(run: &RunArgs) -> Result<Vec<String>> {
     r.extras_dir = None;
     r.report = None;
     r.set.retain(|s| s.key != "target_qps");
-    Ok(r.to_argv()?
+    let mut argv = r
+        .to_argv()?
         .into_iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect())
+        .map(|a| a.to_string_lossy().into_owned());
+    // Where the sweep is, is not what it runs.
+    let mut flags = Vec::new();
+    while let Some(a) = argv.next() {
+        match a.as_str() {
+            "--output-dir" => {
+                argv.next();
+            }
+            _ => flags.push(a),
+        }
+    }
+    Ok(flags)
 }
 
 fn check_flags(args: &SweepArgs) -> Result<()> {
