@@ -190,7 +190,6 @@ fn the_compare_and_sweep_pages_draw_their_series_in_a_real_browser() {
         "base run 1",
         "new run 1",
         "base/pages/node_compute/p99",
-        "bound",
     ] {
         assert!(
             dom.contains(&format!("data-name=\"{series}\"")),

@@ -965,7 +965,9 @@ pub fn run(args: &CompareArgs) -> Result<Exit> {
         eprintln!("loadgen-node: warning: comparing runs of other settings (--force):\n{text}");
     }
     let c = compare(&base, &new);
-    print!("{}", print(&c));
+    for line in print(&c).lines() {
+        println!("{}", line.trim_end());
+    }
     if let Some(out) = &args.report {
         html_report::write_page(TEMPLATE, &report_data(&c, &base, &new), out)?;
         println!("report: {}", out.display());
