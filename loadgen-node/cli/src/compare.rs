@@ -583,10 +583,10 @@ fn methods_text(rows: &[Row], base: &Side, new: &Side) -> String {
             .map(SampleSource::file)
             .collect();
         parts.push(format!(
-            "each run's per-sample latencies ({}): percentiles by order-statistic (binomial) intervals over the effective sample size (batch means of {} consecutive batches), rates by the batch means of {} time slices, the first and last left out (Student's t)",
+            "each run's per-sample latencies ({}): percentiles by order-statistic (binomial) intervals over the effective sample size (batch means of {} consecutive batches), rates by the batch means of {} time slices (Student's t)",
             files.join(", "),
             intervals::BATCHES,
-            intervals::BATCHES - 2
+            intervals::BATCHES
         ));
     }
     if used.contains(&Method::DetailLog) {

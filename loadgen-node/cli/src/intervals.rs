@@ -15,7 +15,8 @@
 //!   variance of the batch means of "above the percentile" over 20
 //!   consecutive batches against what independent samples would give.
 //!   Throughput's interval from the batch means of the completion rate over
-//!   20 equal slices of the run (Student's t, 19 degrees of freedom).
+//!   20 equal slices of the run (Student's t, 19 degrees of freedom), each
+//!   batch's answers spread over the time since the answers before.
 //! - **The detail log alone** (one run a side of the official LoadGen
 //!   without a trace): the same order-statistic ranks over the run's N
 //!   samples taken as independent, read off the reported percentiles (50,
@@ -203,12 +204,12 @@ pub fn quantile_from_reported(reported: &[(f64, f64)], n: u64, p: f64) -> Option
 
 /// The mean rate of events over equal slices of [0, span] (by their times
 /// `at`, each weighing `weight`), and the interval of its batch means by
-/// Student's t. Events that share one instant (the answers of one batch,
-/// completed in one call) are spread over the time since the instant
-/// before, so that a slice's count does not jump by a whole batch as its
-/// edge passes one. The first and last slices (the run's start, before
-/// answers flow, and its drain) are left out of the spread: they differ
-/// by design, not by chance.
+/// Student's t. Events at one instant (the answers of one batch, completed
+/// in a call or a few) are spread over the time since the instant before,
+/// so that a slice's count does not jump by a whole batch as its edge
+/// passes one. The first and last slices (the run's start, before answers
+/// flow, and its drain) are kept: the run's figure counts them too, and
+/// how long they take varies from run to run.
 pub fn rate_interval(at: &[f64], weight: Option<&[f64]>, span: f64) -> Option<Estimate> {
     if at.is_empty() || span <= 0.0 {
         return None;
@@ -219,13 +220,17 @@ pub fn rate_interval(at: &[f64], weight: Option<&[f64]>, span: f64) -> Option<Es
         .map(|(i, &t)| (t, weight.map_or(1.0, |w| w[i])))
         .collect();
     events.sort_by(|a, b| a.0.total_cmp(&b.0));
-    // The cumulative weight at each distinct instant, from (0, 0).
+    // The cumulative weight at each instant, from (0, 0); answers less
+    // than a hundredth of a slice apart (one batch's, over several
+    // messages) count as one instant.
+    let width = span / BATCHES as f64;
     let mut steps: Vec<(f64, f64)> = vec![(0.0, 0.0)];
     let mut total = 0.0;
     for (t, w) in events {
         total += w;
+        let first = steps.len() == 1;
         match steps.last_mut() {
-            Some(last) if last.0 == t => last.1 = total,
+            Some(last) if !first && t - last.0 < width / 100.0 => *last = (t, total),
             _ => steps.push((t.max(0.0), total)),
         }
     }
@@ -239,8 +244,7 @@ pub fn rate_interval(at: &[f64], weight: Option<&[f64]>, span: f64) -> Option<Es
             (None, None) => 0.0,
         }
     };
-    let width = span / BATCHES as f64;
-    let rates: Vec<f64> = (1..BATCHES - 1)
+    let rates: Vec<f64> = (0..BATCHES)
         .map(|k| (cumulative((k + 1) as f64 * width) - cumulative(k as f64 * width)) / width)
         .collect();
     mean_interval(&rates)
