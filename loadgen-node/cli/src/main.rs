@@ -62,8 +62,7 @@ enum Command {
     /// status 7 with --fail-on-regression PCT when a judged metric is worse
     /// by more than PCT beyond its interval.
     Compare(CompareArgs),
-    /// Run the Server scenario at a series of target QPS: the latency–
-    /// throughput curve.
+    /// The latency–throughput curve: Server runs at a series of target QPS.
     ///
     /// Each point a native-engine run of the run flags in DIR/qps-T
     /// (--output-dir DIR): the --qps listed, or bracketing from --start until
