@@ -6,20 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use tests::{loadgen, scratch, text, SutNode};
+use tests::{loadgen, scratch, text, SutNode, SMALL_DATA};
 
 const RUN: &[&str] = &[
     "--scenario",
     "Offline",
-    "--model",
-    "resnet50",
-    "--sample-bytes",
-    "64",
-    "--total-sample-count",
-    "300",
-    "--performance-sample-count",
-    "100",
-    "--no-trace",
     "--progress-interval",
     "0",
     "--set",
@@ -30,6 +21,7 @@ const RUN: &[&str] = &[
 
 fn run(node: &SutNode, out: &Path, duration_ms: u32) {
     let mut args = vec!["--sut", &node.addr];
+    args.extend_from_slice(SMALL_DATA);
     args.extend_from_slice(RUN);
     let duration = format!("min_duration={duration_ms}");
     args.extend(["--set", &duration, "--output-dir", out.to_str().unwrap()]);

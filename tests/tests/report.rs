@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use tests::{binary, loadgen, scratch, text, SutNode};
+use tests::{binary, loadgen, scratch, text, SutNode, SMALL_DATA};
 
 /// The page's DOM once its script has run.
 fn rendered(chromium: &str, page: &std::path::Path) -> String {
@@ -208,18 +208,9 @@ fn the_compare_and_sweep_pages_draw_their_series_in_a_real_browser() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    for a in [
+    for a in SMALL_DATA.iter().chain(&[
         "--scenario",
         "Server",
-        "--model",
-        "resnet50",
-        "--sample-bytes",
-        "64",
-        "--total-sample-count",
-        "300",
-        "--performance-sample-count",
-        "100",
-        "--no-trace",
         "--set",
         "min_duration=500",
         "--set",
@@ -229,7 +220,7 @@ fn the_compare_and_sweep_pages_draw_their_series_in_a_real_browser() {
         "--progress-interval",
         "0",
         "--output-dir",
-    ] {
+    ]) {
         args.push(a.to_string());
     }
     args.push(sweep.display().to_string());

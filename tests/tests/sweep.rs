@@ -4,18 +4,12 @@
 //! sweep resumes from the first's points; other flags are refused there.
 
 use serde_json::Value;
-use tests::{loadgen, scratch, text, SutNode};
+use tests::{loadgen, scratch, text, SutNode, SMALL_DATA};
 
 fn args<'a>(node: &'a SutNode, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec!["--sut", &node.addr, "--scenario", "Server"];
-    a.extend_from_slice(&["--model", "resnet50", "--sample-bytes", "64"]);
-    a.extend_from_slice(&[
-        "--total-sample-count",
-        "300",
-        "--performance-sample-count",
-        "100",
-    ]);
-    a.extend_from_slice(&["--no-trace", "--progress-interval", "0"]);
+    a.extend_from_slice(SMALL_DATA);
+    a.extend_from_slice(&["--progress-interval", "0"]);
     // Early stopping at p99 needs about 460 queries; a 200 ms bound keeps
     // the knee where the node's queue starts to grow, above the host's
     // jitter.

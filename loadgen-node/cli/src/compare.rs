@@ -13,10 +13,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
+use qdl::breakdown::Part;
+
 use crate::exit::Exit;
 use crate::html_report;
 use crate::intervals::{self, Change, Estimate};
-use crate::run_dir::{RunDir, SampleSource, Samples};
+use crate::run_dir::{percentile_key, percentile_name, RunDir, SampleSource, Samples};
 
 /// The flags of `loadgen-node compare`.
 #[derive(clap::Args, Debug, Clone)]
@@ -119,21 +121,11 @@ struct Metric {
     latency: bool,
 }
 
-/// `99.00`, as the detail log's keys have it; `p99`, `p99.9` for people.
-fn key_label(p: f64) -> String {
-    format!("{:.2}", p * 100.0)
-}
-
-fn short_label(p: f64) -> String {
-    let s = format!("{:.1}", p * 100.0);
-    format!("p{}", s.trim_end_matches(".0"))
-}
-
 fn quantile(series: Series, p: f64, what: &str, judged: bool) -> Metric {
     let (pre, post) = series.keys();
     Metric {
-        label: format!("{} {what} (ms)", short_label(p)),
-        key: format!("{pre}{}{post}", key_label(p)),
+        label: format!("{} {what} (ms)", percentile_name(p)),
+        key: format!("{pre}{}{post}", percentile_key(p)),
         better: Better::Lower,
         judged,
         per_sample: PerSample::Quantile(series, p),
@@ -489,15 +481,6 @@ struct NodeRow {
     interval: Option<Change>,
 }
 
-const NODE_PARTS: [&str; 6] = [
-    "total",
-    "wire_and_qdl",
-    "node_queue",
-    "node_compute",
-    "node_send",
-    "qdl_decode",
-];
-
 fn node_names(side: &Side) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for r in &side.runs {
@@ -537,7 +520,7 @@ fn compare_nodes(base: &Side, new: &Side) -> Vec<NodeRow> {
     let mut out = Vec::new();
     let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     for name in names {
-        for part in NODE_PARTS {
+        for part in Part::ALL.map(Part::name) {
             for q in ["p50", "p99"] {
                 let (bv, nv) = (
                     node_values(base, &name, part, q),
@@ -659,7 +642,7 @@ fn compare(base: &Side, new: &Side) -> Comparison {
     let bound = match scenario.as_str() {
         "Server" => first
             .number("effective_target_latency_ns")
-            .map(|b| format!(", bound {} ms at {}", b / 1e6, short_label(p)))
+            .map(|b| format!(", bound {} ms at {}", b / 1e6, percentile_name(p)))
             .unwrap_or_default(),
         _ => String::new(),
     };
@@ -1002,13 +985,7 @@ pub fn run(args: &CompareArgs) -> Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
-
-    fn official_run(case: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../engine/tests/data/conformance")
-            .join(case)
-    }
+    use crate::run_dir::conformance_run;
 
     #[test]
     fn the_metrics_follow_the_scenario() {
@@ -1044,15 +1021,15 @@ mod tests {
         );
         // SingleStream judged at p99 lists p99 once.
         assert_eq!(labels("SingleStream", 0.99, false).len(), 3);
-        assert_eq!(short_label(0.999), "p99.9");
-        assert_eq!(short_label(0.9), "p90");
+        assert_eq!(percentile_name(0.999), "p99.9");
+        assert_eq!(percentile_name(0.9), "p90");
     }
 
     #[test]
     fn an_official_run_against_itself_is_within_noise_by_its_detail_log() {
         // The official LoadGen's own Server run: no side file, its trace
         // compressed, so its detail log's percentiles give the intervals.
-        let run = official_run("server_perf_qps1000");
+        let run = conformance_run("server_perf_qps1000");
         let base = Side::read("base", std::slice::from_ref(&run)).unwrap();
         let new = Side::read("new", std::slice::from_ref(&run)).unwrap();
         assert!(base.runs[0].samples.is_none());
@@ -1075,13 +1052,13 @@ mod tests {
     #[test]
     fn other_settings_are_named() {
         let a = RunDir::read(
-            &official_run("server_perf_qps1000"),
-            &official_run("server_perf_qps1000"),
+            &conformance_run("server_perf_qps1000"),
+            &conformance_run("server_perf_qps1000"),
         )
         .unwrap();
         let b = RunDir::read(
-            &official_run("offline_perf_1024"),
-            &official_run("offline_perf_1024"),
+            &conformance_run("offline_perf_1024"),
+            &conformance_run("offline_perf_1024"),
         )
         .unwrap();
         let d = differences(&a, &b).join("\n");

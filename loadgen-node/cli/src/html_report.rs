@@ -61,13 +61,15 @@ pub fn write(dir: &Path, extras: &Path, out: &Path) -> Result<()> {
     write_page(TEMPLATE, &data, out)
 }
 
-/// Writes one of loadgen-node's HTML pages: `template` with the drawing
-/// helpers (`charts.js`) in its `/*CHARTS*/` script and `data` in its
+/// Writes one of loadgen-node's HTML pages: `template` with the shared
+/// styles (`page.css`) in its `/*STYLE*/` place, the drawing helpers
+/// (`charts.js`) in its `/*CHARTS*/` script and `data` in its
 /// `/*DATA*/null` one.
 pub fn write_page(template: &str, data: &Value, out: &Path) -> Result<()> {
     // `</` may not appear inside the script element that holds the data.
     let json = serde_json::to_string(data)?.replace("</", "<\\/");
     let page = template
+        .replace("/*STYLE*/", STYLE)
         .replace("/*CHARTS*/", CHARTS)
         .replace("/*DATA*/null", &json);
     std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))
@@ -75,6 +77,7 @@ pub fn write_page(template: &str, data: &Value, out: &Path) -> Result<()> {
 
 const TEMPLATE: &str = include_str!("report.html");
 const CHARTS: &str = include_str!("charts.js");
+const STYLE: &str = include_str!("page.css");
 
 /// Points of the latency CDF and bins of the timeline.
 const CDF_POINTS: usize = 200;
@@ -195,18 +198,13 @@ fn trace_figures(path: &Path) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn official_run(case: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../engine/tests/data/conformance")
-            .join(case)
-    }
+    use crate::run_dir::conformance_run;
 
     #[test]
     fn reads_an_official_loadgen_directory_without_trace_or_breakdown() {
         // The official LoadGen's own Server run (its trace is compressed
         // there, so the report falls back on the detail log).
-        let run = official_run("server_perf_qps1000");
+        let run = conformance_run("server_perf_qps1000");
         let d = gather(&run, &run).unwrap();
         assert_eq!(d["scenario"], "Server");
         assert!(d["validity"].is_string(), "{}", d["validity"]);

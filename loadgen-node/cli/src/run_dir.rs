@@ -14,6 +14,17 @@ use serde_json::Value;
 use crate::breakdown;
 
 pub const DETAIL: &str = "mlperf_log_detail.txt";
+
+/// `99.00` for p = 0.99, as the detail log's percentile keys write it.
+pub fn percentile_key(p: f64) -> String {
+    format!("{:.2}", p * 100.0)
+}
+
+/// `p99`, `p99.9`, `p50`: a percentile for people.
+pub fn percentile_name(p: f64) -> String {
+    let s = format!("{:.1}", p * 100.0);
+    format!("p{}", s.trim_end_matches(".0"))
+}
 pub const TRACE: &str = "mlperf_log_trace.json";
 
 /// The detail log's values by key (the last of a key wins: results come
@@ -247,6 +258,14 @@ impl RunDir {
     pub fn valid(&self) -> Option<bool> {
         self.text("result_validity").map(|v| v == "VALID")
     }
+}
+
+/// One of the official LoadGen's reference runs the tests read.
+#[cfg(test)]
+pub(crate) fn conformance_run(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/data/conformance")
+        .join(case)
 }
 
 #[cfg(test)]

@@ -17,12 +17,13 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use loadgen_engine::{Scenario, TestMode};
+use qdl::breakdown::Part;
 use serde_json::{json, Value};
 
 use crate::args::{Engine, RunArgs, SetArg};
 use crate::exit::Exit;
 use crate::html_report;
-use crate::run_dir::RunDir;
+use crate::run_dir::{percentile_key, percentile_name, RunDir};
 
 /// The sweep's own record, in its directory.
 pub const FILE: &str = "mlperf_net_sweep.json";
@@ -168,8 +169,10 @@ impl Point {
     }
 
     fn percentile(&self, p: f64) -> Option<f64> {
-        self.run
-            .number(&format!("result_{:.2}_percentile_latency_ns", p * 100.0))
+        self.run.number(&format!(
+            "result_{}_percentile_latency_ns",
+            percentile_key(p)
+        ))
     }
 
     /// Each node's total at the breakdown's quantile nearest `p` (ns).
@@ -316,7 +319,7 @@ fn point_line(p: &Point, judged: f64) -> String {
         "qps {:>10}: {:<7}  {} {:>9} ms  p50 {:>9} ms  completed {:>10.1}/s{}",
         qps_text(p.qps),
         p.run.text("result_validity").unwrap_or("?"),
-        short(judged),
+        percentile_name(judged),
         ms(p.percentile(judged)),
         ms(p.percentile(0.5)),
         p.run
@@ -324,11 +327,6 @@ fn point_line(p: &Point, judged: f64) -> String {
             .unwrap_or(0.0),
         if p.kept { "  (kept from before)" } else { "" }
     )
-}
-
-fn short(p: f64) -> String {
-    let s = format!("{:.1}", p * 100.0);
-    format!("p{}", s.trim_end_matches(".0"))
 }
 
 /// The highest VALID target with no INVALID one below it, and the lowest
@@ -360,7 +358,7 @@ fn curve_text(points: &[Point], judged: f64) -> String {
             });
     let mut out = format!(
         "\nThe curve (latencies in ms; per node: its {q} of the breakdown's total):\n  {:>10}  {:<8}{:>12}{:>10}{:>10}{:>10}",
-        "target", "", "completed/s", short(judged), "p50", "p99.9"
+        "target", "", "completed/s", percentile_name(judged), "p50", "p99.9"
     );
     for n in &nodes {
         let _ = write!(out, "{:>14}", format!("{n} {q}"));
@@ -389,15 +387,6 @@ fn curve_text(points: &[Point], judged: f64) -> String {
     out
 }
 
-const PARTS: [&str; 6] = [
-    "total",
-    "wire_and_qdl",
-    "node_queue",
-    "node_compute",
-    "node_send",
-    "qdl_decode",
-];
-
 /// Where the time went at the knee: each node's parts at both points.
 fn knee_text(valid: Option<&Point>, invalid: Option<&Point>) -> String {
     let pts: Vec<(&str, &Point)> = [("highest VALID", valid), ("lowest INVALID", invalid)]
@@ -416,7 +405,7 @@ fn knee_text(valid: Option<&Point>, invalid: Option<&Point>) -> String {
     out.push('\n');
     let names: Vec<String> = pts[0].1.nodes("p50").into_iter().map(|x| x.0).collect();
     for name in names {
-        for part in PARTS {
+        for part in Part::ALL.map(Part::name) {
             let _ = write!(out, "  {:<28}", format!("{name} {part}"));
             for (_, p) in &pts {
                 let node = p.run.breakdown.as_ref().and_then(|b| {
