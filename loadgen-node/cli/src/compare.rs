@@ -1069,6 +1069,71 @@ mod tests {
         assert!(differences(&a, &a).is_empty());
     }
 
+    /// A native run of the null SUT answering like an LLM, with its side
+    /// file, in `dir`.
+    fn token_run(dir: &std::path::Path) {
+        use loadgen_engine::latency_file::{self, LatencyFileSettings};
+        use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
+        use loadgen_engine::runner::{start_test, LogSettings};
+        use loadgen_engine::{Scenario, TestMode, TestSettings};
+        let logs = LogSettings {
+            outdir: dir.to_path_buf(),
+            enable_trace: false,
+            latency_file: Some(LatencyFileSettings {
+                path: dir.join(latency_file::FILE),
+                benchmark: "llama2-70b".into(),
+            }),
+            ..LogSettings::default()
+        };
+        let settings = TestSettings {
+            scenario: Scenario::Server,
+            mode: TestMode::PerformanceOnly,
+            use_token_latencies: true,
+            server_target_qps: 2000.0,
+            min_duration_ms: 500,
+            min_query_count: 500,
+            ..TestSettings::default()
+        };
+        let sut = NullSut::new("tokens", NullAnswer::Tokens);
+        start_test(&sut, &SizedQsl::new(64, 64), &settings, &logs, None).unwrap();
+    }
+
+    #[test]
+    fn token_runs_are_judged_by_ttft_and_tpot_from_the_side_file() {
+        let (a, b) = (
+            ::tests::scratch("cmp-tokens-a"),
+            ::tests::scratch("cmp-tokens-b"),
+        );
+        token_run(&a);
+        token_run(&b);
+        let base = Side::read("base", std::slice::from_ref(&a)).unwrap();
+        let new = Side::read("new", std::slice::from_ref(&b)).unwrap();
+        let c = compare(&base, &new);
+        let text = print(&c);
+        let judged: Vec<&str> = c
+            .rows
+            .iter()
+            .filter(|r| r.metric.judged)
+            .map(|r| r.metric.label.as_str())
+            .collect();
+        assert_eq!(judged, ["p99 TTFT (ms)", "p99 TPOT (ms)"], "{text}");
+        for r in c.rows.iter().filter(|r| r.metric.judged) {
+            assert_eq!(
+                r.methods,
+                Some((
+                    Method::Samples(SampleSource::SideFile),
+                    Method::Samples(SampleSource::SideFile)
+                )),
+                "{text}"
+            );
+            assert!(r.interval.is_some(), "{text}");
+        }
+        assert!(text.contains("completed tokens/s"), "{text}");
+        assert!(text.starts_with("compare: llama2-70b, Server"), "{text}");
+        let _ = std::fs::remove_dir_all(&a);
+        let _ = std::fs::remove_dir_all(&b);
+    }
+
     #[test]
     fn percentages_are_parsed() {
         assert_eq!(percent("5"), Ok(5.0));
