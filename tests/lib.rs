@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests: the workspace's binaries started
 //! as real processes on 127.0.0.1, and readers of the logs they leave.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed expectation is the calling test's failure
 
 pub mod collector;
 pub mod hostile;
@@ -9,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+pub use testkit::{ClosedPort, Scratch};
 
 /// A binary of this workspace, built next to the test executable
 /// (`tests/run.sh` builds them all first), or in `$MLPERF_NET_BINARIES` when
@@ -81,7 +84,22 @@ impl SutNode {
         Self::spawn(taskset, "127.0.0.1:0", name, extra)
     }
 
-    fn spawn(mut command: Command, listen: &str, name: &str, extra: &[&str]) -> SutNode {
+    fn spawn(command: Command, listen: &str, name: &str, extra: &[&str]) -> SutNode {
+        Self::try_spawn(command, listen, name, extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `start_at`, returning what the node said on stderr if it ended before
+    /// its ready line (e.g. its port was taken).
+    pub fn try_start_at(listen: &str, name: &str, extra: &[&str]) -> Result<SutNode, String> {
+        Self::try_spawn(Command::new(binary("sut-node")), listen, name, extra)
+    }
+
+    fn try_spawn(
+        mut command: Command,
+        listen: &str,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<SutNode, String> {
         let mut child = command
             .args(["serve", "--listen", listen, "--name", name])
             .args(["--backend", "synthetic"])
@@ -92,14 +110,24 @@ impl SutNode {
             .spawn()
             .expect("sut-node starts");
         let stdout = child.stdout.take().expect("piped stdout");
-        // Its stderr goes on to ours; the fingerprint line is kept.
+        // Its stderr goes on to ours; the fingerprint line is kept, and the
+        // lines before the ready line, for the error of a node that ends
+        // before it.
         let stderr = child.stderr.take().expect("piped stderr");
         let (fp_tx, fp_rx) = mpsc::channel();
-        std::thread::spawn(move || {
+        let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let said_by_node = said.clone();
+        let printer = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split(" fingerprint ").nth(1) {
                     let fp = rest.split_whitespace().next().unwrap_or_default();
                     let _ = fp_tx.send(fp.to_string());
+                }
+                if let Ok(mut said) = said_by_node.lock() {
+                    if said.len() < 64 << 10 {
+                        said.push_str(&line);
+                        said.push('\n');
+                    }
                 }
                 eprintln!("{line}");
             }
@@ -110,9 +138,16 @@ impl SutNode {
                 let _ = tx.send(line);
             }
         });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("sut-node {name} printed no ready line"));
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = printer.join();
+                let said = said.lock().map(|s| s.clone()).unwrap_or_default();
+                return Err(format!("sut-node {name} printed no ready line:\n{said}"));
+            }
+        };
         let addr = line
             .split(" ready on ")
             .nth(1)
@@ -134,14 +169,14 @@ impl SutNode {
         let fingerprint = has_tls
             .then(|| fp_rx.recv_timeout(Duration::from_secs(5)).ok())
             .flatten();
-        SutNode {
+        Ok(SutNode {
             name: name.to_string(),
             addr,
             quic,
             metrics,
             fingerprint,
             child,
-        }
+        })
     }
 
     /// Starts `n` nodes named `PREFIX-1`... concurrently (each waits for its
@@ -225,12 +260,10 @@ pub fn inference_checkout(skipping: &str) -> Option<PathBuf> {
 }
 
 /// A fresh scratch directory for one test: the one helper of every test of
-/// the workspace that needs one (a name unique within its test binary).
-pub fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mlperf-net-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch directory");
-    d
+/// the workspace that needs one (a name unique within its test binary),
+/// removed when the test passes and kept, its path printed, when it fails.
+pub fn scratch(name: &str) -> Scratch {
+    Scratch::new(name)
 }
 
 /// Runs `loadgen-node` with `args` and returns its output.
@@ -455,8 +488,9 @@ fn stat_cpu_secs(path: &str) -> f64 {
 /// For the benches: CPU seconds used by this process's finished children so
 /// far.
 pub fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes only the struct it is given.
+    // SAFETY: rusage is plain data, for which all zeros is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only the struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(u.ru_utime) + secs(u.ru_stime)
@@ -639,6 +673,7 @@ pub fn loadgen_measured(args: &[&str]) -> (Output, u64) {
     // child's, not yet waited for.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let pid = child.id() as libc::pid_t;
+    // SAFETY: both pointers are to live locals the kernel fills in.
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
     use std::os::unix::process::ExitStatusExt;

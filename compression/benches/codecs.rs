@@ -19,7 +19,7 @@
 //!   all small numbers);
 //! - 3D-UNet output: 128^3 uint8 segmentation labels, mostly background
 //!   with a kidney-sized and a tumour-sized ellipsoid.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::hint::black_box;

@@ -236,6 +236,101 @@ pub struct ClientTls {
     pub identity: Option<Arc<Identity>>,
 }
 
+/// How a user names the LoadGen node's TLS options: loadgen-node's flags
+/// (`--tls-pin`) or the Python module's keyword arguments (`tls_pin`). The
+/// rules are the same; only the names in the messages differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptionSpelling {
+    Flag,
+    Keyword,
+}
+
+impl OptionSpelling {
+    /// `base` (`tls-pin`) as this spelling writes it.
+    pub fn name(self, base: &str) -> String {
+        match self {
+            OptionSpelling::Flag => format!("--{base}"),
+            OptionSpelling::Keyword => base.replace('-', "_"),
+        }
+    }
+}
+
+/// The LoadGen node's TLS options as given, before any file is read: one
+/// way to check the nodes' certificates (pins, a CA bundle, or none at all)
+/// and, for mutual TLS, a certificate and its key.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTlsOptions<'a> {
+    pub pins: &'a [String],
+    pub ca: Option<&'a Path>,
+    pub insecure: bool,
+    pub client_cert: Option<&'a Path>,
+    pub client_key: Option<&'a Path>,
+}
+
+/// Why TLS options were refused; the options are named as the user spelled
+/// them.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsOptionError {
+    #[error("{cert} and {key} go together")]
+    HalfAnIdentity { cert: String, key: String },
+    #[error("{cert}: also say how to check the sut-nodes' certificates: {checks}")]
+    NoCheck { cert: String, checks: String },
+    #[error("give only one of {checks}")]
+    SeveralChecks { checks: String },
+    #[error("{option}: {source}")]
+    File { option: String, source: TlsError },
+}
+
+impl ClientTlsOptions<'_> {
+    /// The QDL's TLS settings: `None` when no option was given; otherwise
+    /// exactly one check, and the client identity read from its files.
+    pub fn resolve(&self, spelling: OptionSpelling) -> Result<Option<ClientTls>, TlsOptionError> {
+        let name = |base| spelling.name(base);
+        let file = |option: String, source| TlsOptionError::File { option, source };
+        let checks = || {
+            let [pin, ca, insecure] = ["tls-pin", "tls-ca", "tls-insecure"].map(name);
+            format!("{pin}, {ca} and {insecure}")
+        };
+        let identity = match (self.client_cert, self.client_key) {
+            (Some(cert), Some(key)) => Some(Arc::new(
+                Identity::from_pem_files(cert, key).map_err(|e| {
+                    let pair = format!("{}/{}", name("tls-client-cert"), name("tls-client-key"));
+                    file(pair, e)
+                })?,
+            )),
+            (None, None) => None,
+            _ => {
+                return Err(TlsOptionError::HalfAnIdentity {
+                    cert: name("tls-client-cert"),
+                    key: name("tls-client-key"),
+                })
+            }
+        };
+        let check = match (self.pins.is_empty(), self.ca, self.insecure) {
+            (true, None, false) if identity.is_none() => return Ok(None),
+            (true, None, false) => {
+                return Err(TlsOptionError::NoCheck {
+                    cert: name("tls-client-cert"),
+                    checks: checks().replace(" and ", " or "),
+                })
+            }
+            (false, None, false) => ServerCheck::Pinned(
+                self.pins
+                    .iter()
+                    .map(|p| p.parse::<Fingerprint>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| file(name("tls-pin"), e))?,
+            ),
+            (true, Some(ca), false) => {
+                ServerCheck::Ca(read_certs(ca).map_err(|e| file(name("tls-ca"), e))?)
+            }
+            (true, None, true) => ServerCheck::Insecure,
+            _ => return Err(TlsOptionError::SeveralChecks { checks: checks() }),
+        };
+        Ok(Some(ClientTls { check, identity }))
+    }
+}
+
 /// What the node presented during a handshake, for error messages.
 #[derive(Debug, Default)]
 pub struct Presented(Mutex<Option<Fingerprint>>);
@@ -456,9 +551,62 @@ mod tests {
     }
 
     #[test]
+    fn tls_options_name_themselves_as_the_user_spelled_them() {
+        let pin = "ab".repeat(32);
+        let pins = [pin.clone()];
+        let both = ClientTlsOptions {
+            pins: &pins,
+            insecure: true,
+            ..ClientTlsOptions::default()
+        };
+        for (spelling, expected) in [
+            (
+                OptionSpelling::Flag,
+                "give only one of --tls-pin, --tls-ca and --tls-insecure",
+            ),
+            (
+                OptionSpelling::Keyword,
+                "give only one of tls_pin, tls_ca and tls_insecure",
+            ),
+        ] {
+            assert_eq!(both.resolve(spelling).unwrap_err().to_string(), expected);
+        }
+        let cert = Path::new("c.pem");
+        let half = ClientTlsOptions {
+            client_cert: Some(cert),
+            ..ClientTlsOptions::default()
+        };
+        let e = half
+            .resolve(OptionSpelling::Keyword)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "tls_client_cert and tls_client_key go together");
+        let bad = ["xyz".to_string()];
+        let e = ClientTlsOptions {
+            pins: &bad,
+            ..ClientTlsOptions::default()
+        }
+        .resolve(OptionSpelling::Keyword)
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("tls_pin: ") && e.contains("xyz"), "{e}");
+        assert!(ClientTlsOptions::default()
+            .resolve(OptionSpelling::Flag)
+            .unwrap()
+            .is_none());
+        let pinned = ClientTlsOptions {
+            pins: &pins,
+            ..ClientTlsOptions::default()
+        };
+        match pinned.resolve(OptionSpelling::Flag).unwrap().unwrap().check {
+            ServerCheck::Pinned(p) => assert_eq!(p[0].to_string(), pin),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn pem_files_are_read_with_clear_errors() {
-        let dir = std::env::temp_dir().join(format!("proto-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("proto-tls");
         let generated = rcgen::generate_simple_self_signed(vec!["node".to_string()]).unwrap();
         let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
         std::fs::write(&cert, generated.cert.pem()).unwrap();
@@ -472,6 +620,5 @@ mod tests {
         assert!(e.to_string().contains("no PEM certificate"), "{e}");
         let e = Identity::from_pem_files(&cert, &cert).unwrap_err();
         assert!(e.to_string().contains("private key"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -580,8 +580,7 @@ mod tests {
 
     #[test]
     fn a_file_of_addresses_with_comments_follows_the_list() {
-        let dir = std::env::temp_dir().join(format!("qdl-discover-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("qdl-discover");
         let path = dir.join("nodes.txt");
         let mut f = std::fs::File::create(&path).unwrap();
         writeln!(
@@ -626,7 +625,6 @@ mod tests {
         );
         let e = find("", None, 0, vec![]).0.unwrap_err();
         assert!(e.contains("no sut-node given"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -77,7 +77,8 @@ struct IoRuntime(Option<Runtime>);
 
 impl IoRuntime {
     fn get(&self) -> &Runtime {
-        // Only `drop` takes it out.
+        // Invariant: only `drop` takes it out, so it is here for any caller.
+        #[allow(clippy::expect_used)]
         self.0
             .as_ref()
             .expect("the runtime lives as long as the Qdl")

@@ -2,6 +2,7 @@
 //! samples sent as stored, compressed answers decoded before completion,
 //! the negotiation at session start, the report, and bombs and corrupt
 //! answers ending the run INVALID with a reason naming the node.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 mod common;
 

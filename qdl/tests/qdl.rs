@@ -449,12 +449,9 @@ fn sessions_that_cannot_run_fail_connect_naming_the_node() {
 
 #[test]
 fn an_unreachable_node_fails_connect_as_refused() {
-    // A port nothing listens on: bind one, then free it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port held, on which nothing listens.
+    let closed = testkit::ClosedPort::new();
+    let port = closed.port();
     let good = FakeNode::start(Behaviour::named("ok"));
     let mut config = config(&[&good]);
     config

@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo test -p qdl --release --test throughput -- --ignored --nocapture
 //! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 mod common;
 

@@ -9,9 +9,12 @@
 //! - [`batcher`]: dynamic batching onto one blocking worker thread.
 //! - [`backend`]: the `Backend` trait and its implementations.
 //! - [`codec`]: decoding of sample inputs.
+//! - [`plan`]: a node prepared once from its options ([`plan::ServePlan`]);
+//!   [`bind`]: its listening sockets.
 
 pub mod backend;
 pub mod batcher;
+pub mod bind;
 pub mod codec;
 pub mod config_file;
 pub mod describe;
@@ -24,6 +27,7 @@ pub mod metrics;
 mod node;
 mod node_config;
 pub mod otlp;
+pub mod plan;
 pub mod quic;
 pub mod server;
 mod stop;

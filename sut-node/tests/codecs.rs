@@ -3,6 +3,7 @@
 //! codec, bombs and corrupt frames answered with a SampleError, and a
 //! stream of small compressed inputs served at its pace beside streams of
 //! inputs that each decode to the limit.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! says so, closes the connections that send nothing, and then serves a
 //! real client again. (That its accept loop waits between failed accepts
 //! rather than spin is `listen`'s `AcceptRetry` rule, tested there.)
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;

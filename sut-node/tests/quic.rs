@@ -2,6 +2,7 @@
 //! client speaking the framing of `proto::quic`: the control requests, the
 //! Infer stream, and malformed input, which must end a stream cleanly and
 //! leave the node serving.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,5 +1,6 @@
 //! The SutNode service in-process on 127.0.0.1, driven by the generated
 //! tonic client.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

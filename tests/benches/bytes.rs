@@ -28,7 +28,7 @@
 //! first). BENCH_QUICK=1 shortens every run; BENCH_CASES=name,name picks
 //! cases (r50-fp32, r50-u8, bert, unet-answer, unet-answer-lz4, r50-lz4,
 //! r50-zstd, r50-quic-conns, wan-answer).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -275,7 +275,7 @@ struct Bench {
     secs: f64,
     /// Bytes of each raw transfer.
     raw_bytes: usize,
-    certs: PathBuf,
+    certs: tests::Scratch,
 }
 
 impl Bench {
@@ -441,7 +441,7 @@ fn receiver(role: &str, env: &[(&str, &Path)]) -> (Child, u16) {
 
 /// A self-signed certificate for `localhost`, as DER files in a scratch
 /// directory.
-fn write_certs() -> PathBuf {
+fn write_certs() -> tests::Scratch {
     let dir = scratch("bytes-certs");
     let cert =
         rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");

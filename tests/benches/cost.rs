@@ -37,7 +37,7 @@
 //! `cargo bench -p tests --bench cost` (builds the release binaries first).
 //! BENCH_QUICK=1 shortens every run; BENCH_CASES=name,name picks cases
 //! (r50-fp32, r50-u8, bert, 64b).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -16,7 +16,7 @@
 //! BENCH_QUICK=1 shortens every run; BENCH_ONLY=offline or latency runs one
 //! part. The latencies mean something only on a quiet machine: the null
 //! SUT's own p99, printed beside them, shows how quiet it was.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -43,7 +43,13 @@ impl Bench {
     }
 
     /// One PerformanceOnly run; returns its output directory and usage.
-    fn run(&self, sut: &str, scenario: &str, sets: &[String], tag: &str) -> (PathBuf, Usage) {
+    fn run(
+        &self,
+        sut: &str,
+        scenario: &str,
+        sets: &[String],
+        tag: &str,
+    ) -> (tests::Scratch, Usage) {
         let out = scratch(&format!("fleet-bench-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", scenario])

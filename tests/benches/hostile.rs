@@ -26,7 +26,7 @@
 //! first); `MLPERF_NET_BINARIES=DIR` runs the binaries in DIR instead, to
 //! compare another build. BENCH_QUICK=1 runs 3 s instead of 10;
 //! BENCH_ONLY=ATTACK runs one.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::Path;

@@ -32,7 +32,7 @@
 //!
 //! `cargo bench -p tests --bench latency` (builds the release binaries
 //! first). BENCH_QUICK=1 shortens every run (3 s, not 10 s).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader};

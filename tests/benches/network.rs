@@ -17,7 +17,7 @@
 //! `cargo bench -p tests --bench network` (builds the release binaries
 //! first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency,
 //! throughput or cpu runs one part.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ impl Bench {
     }
 
     /// One loadgen-node run; returns its output directory.
-    fn run(&self, sut: &str, scenario: &str, sets: &[String], tag: &str) -> PathBuf {
+    fn run(&self, sut: &str, scenario: &str, sets: &[String], tag: &str) -> tests::Scratch {
         let out = scratch(&format!("bench-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", scenario])
@@ -78,7 +78,7 @@ impl Bench {
             .unwrap_or_else(|| panic!("{key} missing in {}", dir.display()))
     }
 
-    fn server(&self, sut: &str, qps: f64, secs: u64, tag: &str) -> PathBuf {
+    fn server(&self, sut: &str, qps: f64, secs: u64, tag: &str) -> tests::Scratch {
         let sets = vec![
             format!("target_qps={qps}"),
             format!("min_duration={}", secs * 1000),

@@ -22,7 +22,7 @@
 //! first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency, peak or
 //! cpu runs one part. Target: with all of it on, at
 //! most 5% of peak QPS lost and at most 50 us of p99 added.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -50,7 +50,7 @@ impl Bench {
         }
     }
 
-    fn server(&self, sut: &str, qps: f64, secs: u64, extra: &[&str], tag: &str) -> PathBuf {
+    fn server(&self, sut: &str, qps: f64, secs: u64, extra: &[&str], tag: &str) -> tests::Scratch {
         let out = scratch(&format!("bench-observe-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--sut", sut, "--model", "resnet50", "--scenario", "Server"])

@@ -7,7 +7,7 @@
 //! `MLPERF_LOADGEN_SRC=DIR cargo bench -p tests --features official-loadgen
 //! --bench official` (DIR: from deploy/official-loadgen.sh --src-only).
 //! BENCH_QUICK=1 shortens every run.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -36,7 +36,7 @@ impl Bench {
         }
     }
 
-    fn run(&self, setup: &Setup<'_>, scenario: &str, sets: &[String], tag: &str) -> PathBuf {
+    fn run(&self, setup: &Setup<'_>, scenario: &str, sets: &[String], tag: &str) -> tests::Scratch {
         let out = scratch(&format!("bench-official-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args(["--engine", setup.engine, "--sut", setup.sut])

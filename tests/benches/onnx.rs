@@ -14,6 +14,7 @@
 //! bench says so and stops), then `cargo bench -p tests --bench onnx`
 //! (builds the release binaries first). BENCH_QUICK=1 shortens every run;
 //! BENCH_ONNX_THREADS=N sets ONNX Runtime's intra-op threads on both sides.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,8 +108,9 @@ impl Speed {
 
 /// User plus system CPU time of this process, in seconds.
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the zeroed struct it is given.
+    // SAFETY: rusage is plain data, for which all zeros is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     assert_eq!(rc, 0, "getrusage");
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;

@@ -12,7 +12,7 @@
 //! `cargo bench -p tests --bench transports` (builds the release
 //! binaries first). BENCH_QUICK=1 shortens every run; BENCH_ONLY=latency or
 //! BENCH_ONLY=throughput runs one half.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -47,7 +47,7 @@ impl Bench {
 
     /// One loadgen-node run with 64-byte samples; returns its output
     /// directory.
-    fn run(&self, way: &Way, scenario: &str, sets: &[String], tag: &str) -> PathBuf {
+    fn run(&self, way: &Way, scenario: &str, sets: &[String], tag: &str) -> tests::Scratch {
         self.run_sized(way, scenario, sets, tag, 64)
     }
 
@@ -58,7 +58,7 @@ impl Bench {
         sets: &[String],
         tag: &str,
         sample_bytes: usize,
-    ) -> PathBuf {
+    ) -> tests::Scratch {
         let out = scratch(&format!("tbench-{tag}"));
         let mut cmd = Command::new(&self.loadgen);
         cmd.args([
@@ -100,7 +100,7 @@ impl Bench {
             .unwrap_or_else(|| panic!("{key} missing in {}", dir.display()))
     }
 
-    fn server(&self, way: &Way, qps: f64, secs: u64, tag: &str) -> PathBuf {
+    fn server(&self, way: &Way, qps: f64, secs: u64, tag: &str) -> tests::Scratch {
         let sets = vec![
             format!("target_qps={qps}"),
             format!("min_duration={}", secs * 1000),

@@ -3,6 +3,7 @@
 //! that pass and on runs made to fail. With MLPERF_INFERENCE_DIR set to a
 //! checkout of mlcommons/inference (and python3 with numpy), the official
 //! verification scripts must reach the same verdicts, line for line.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -121,7 +122,9 @@ fn official_test04(root: &Path, dir: &Path) -> String {
 fn test01_and_test04_agree_with_the_official_scripts() {
     let node = SutNode::start("audit", &["--service-time", "fixed:50000"]);
     let fast = SutNode::start("audit-fast", &["--service-time", "fixed:10000"]);
-    let dir = scratch("audit-t01");
+    // The tree, and beside it (in the same scratch) the runs' own files.
+    let scratch = scratch("audit-t01");
+    let dir = scratch.join("tree");
     let common = SHORT.to_vec();
 
     // Passing: the reference runs are made, then the audits. The answers
@@ -289,7 +292,8 @@ fn test06_agrees_with_the_official_script() {
         "200",
     ];
     for (node, passes) in [(&good, true), (&bad, false)] {
-        let dir = scratch(&format!("audit-t06-{}", node.name));
+        let scratch = scratch(&format!("audit-t06-{}", node.name));
+        let dir = scratch.join("tree");
         let o = audit("TEST06", node, &dir, &flags);
         let ours = text(&o.stdout);
         assert_eq!(

@@ -8,25 +8,32 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use servers::{free_port, setup_var, InferenceServer};
+use servers::{setup_var, InferenceServer};
 use tests::{binary, loadgen, scratch, text, SutNode};
 
 const SETUP: &str = "setup-kserve.sh";
 
 /// MLServer on free ports, serving the setup's models ("digits").
 fn mlserver(dir: &Path) -> (InferenceServer, u16) {
-    let (http, grpc, metrics) = (free_port(), free_port(), free_port());
-    let mut cmd = Command::new(setup_var("MLPN_KSERVE_MLSERVER", SETUP));
-    cmd.args(["start", &setup_var("MLPN_KSERVE_MODELS", SETUP)])
-        .env("MLSERVER_HOST", "127.0.0.1")
-        .env("MLSERVER_HTTP_PORT", http.to_string())
-        .env("MLSERVER_GRPC_PORT", grpc.to_string())
-        .env("MLSERVER_METRICS_PORT", metrics.to_string())
-        // Inference in the server process itself: no worker pool to start.
-        .env("MLSERVER_PARALLEL_WORKERS", "0");
-    let mut server = InferenceServer::start(cmd, &dir.join("mlserver.log"));
-    server.wait_ready(http, "/v2/models/digits/ready", Duration::from_secs(120));
-    (server, grpc)
+    let (server, ports) = InferenceServer::start_on_free_ports(
+        3,
+        &dir.join("mlserver.log"),
+        "/v2/models/digits/ready",
+        Duration::from_secs(120),
+        |ports| {
+            let mut cmd = Command::new(setup_var("MLPN_KSERVE_MLSERVER", SETUP));
+            cmd.args(["start", &setup_var("MLPN_KSERVE_MODELS", SETUP)])
+                .env("MLSERVER_HOST", "127.0.0.1")
+                .env("MLSERVER_HTTP_PORT", ports[0].to_string())
+                .env("MLSERVER_GRPC_PORT", ports[1].to_string())
+                .env("MLSERVER_METRICS_PORT", ports[2].to_string())
+                // Inference in the server process itself: no worker pool to
+                // start.
+                .env("MLSERVER_PARALLEL_WORKERS", "0");
+            cmd
+        },
+    );
+    (server, ports[1])
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //!
 //! `source tests/backends/setup-llm.sh` first: it fetches the model and sets
 //! MLPN_LLM_GGUF.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 //! Ignored by default: they need ONNX Runtime and a model, which
 //! `source tests/backends/setup-onnx.sh` installs (it sets MLPN_ORT_LIB,
 //! MLPN_ONNX_MODEL and MLPN_ONNX_PYTHON).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

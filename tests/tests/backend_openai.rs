@@ -1,6 +1,7 @@
 //! The openai backend against a real OpenAI-compatible server: llama.cpp's
 //! (through llama-cpp-python) with SmolLM2. Needs
 //! `tests/backends/setup-openai.sh`; run by `tests/backends/run.sh`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 mod servers;
 
@@ -8,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use servers::{free_port, setup_var, InferenceServer};
+use servers::{setup_var, InferenceServer};
 use tests::{binary, loadgen, scratch, text, SutNode};
 
 const SETUP: &str = "setup-openai.sh";
@@ -22,18 +23,24 @@ const PROMPTS: &[&str] = &[
 ];
 
 fn llama_server(dir: &Path) -> (InferenceServer, u16) {
-    let port = free_port();
-    let mut cmd = Command::new(setup_var("MLPN_OPENAI_PYTHON", SETUP));
-    cmd.args(["-m", "llama_cpp.server", "--host", "127.0.0.1"])
-        .args(["--port", &port.to_string()])
-        .args(["--model", &setup_var("MLPN_OPENAI_GGUF", SETUP)])
-        .args(["--model_alias", MODEL, "--n_ctx", "1024"])
-        // By default a new request cuts the streaming one short; the node
-        // sends a batch's requests at once.
-        .args(["--interrupt_requests", "false"]);
-    let mut server = InferenceServer::start(cmd, &dir.join("llama-server.log"));
-    server.wait_ready(port, "/v1/models", Duration::from_secs(120));
-    (server, port)
+    let (server, ports) = InferenceServer::start_on_free_ports(
+        1,
+        &dir.join("llama-server.log"),
+        "/v1/models",
+        Duration::from_secs(120),
+        |ports| {
+            let mut cmd = Command::new(setup_var("MLPN_OPENAI_PYTHON", SETUP));
+            cmd.args(["-m", "llama_cpp.server", "--host", "127.0.0.1"])
+                .args(["--port", &ports[0].to_string()])
+                .args(["--model", &setup_var("MLPN_OPENAI_GGUF", SETUP)])
+                .args(["--model_alias", MODEL, "--n_ctx", "1024"])
+                // By default a new request cuts the streaming one short; the
+                // node sends a batch's requests at once.
+                .args(["--interrupt_requests", "false"]);
+            cmd
+        },
+    );
+    (server, ports[0])
 }
 
 /// The prompts as UTF-8 bytes, one .npy each (llama-cpp-python's server

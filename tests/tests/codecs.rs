@@ -2,6 +2,7 @@
 //! sut-nodes compressing their answers, the synthetic accuracy check passing
 //! through both, the run's report, and the input-compression rules of the
 //! LLM benchmarks.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::HashMap;
 use std::path::Path;

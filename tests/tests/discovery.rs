@@ -7,6 +7,7 @@
 //! whose /etc/resolv.conf names that server, so it resolves them through the
 //! host's own resolver as in any deployment. It skips, saying why, where any
 //! of these is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};
@@ -15,6 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use testkit::Started;
 use tests::{binary, detail_value, loadgen, scratch, text, SutNode};
 
 use tests::SMALL_DATA as DATA;
@@ -211,22 +213,34 @@ impl Dns {
     }
 }
 
-/// A port free for TCP and UDP on every one of `hosts`.
-fn free_port(hosts: &[&str]) -> u16 {
-    for _ in 0..50 {
-        let port = TcpListener::bind(format!("{}:0", hosts[0]))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let free = hosts.iter().all(|h| {
-            let a = format!("{h}:{port}");
-            TcpListener::bind(&a).is_ok() && UdpSocket::bind(&a).is_ok()
-        });
-        if free {
-            return port;
+/// Nodes named `names`, one on each of `hosts` (each `host` as `--listen`
+/// takes it), all on the same port, as a DNS name with several addresses
+/// and one port describes them. The port is one that was free on every
+/// host a moment ago; if a node finds it taken meanwhile, every node is
+/// started again on another.
+fn on_one_port(hosts: &[String], names: &[String], extra: &[&str]) -> (u16, Vec<SutNode>) {
+    let pick = || {
+        (0..50)
+            .map(|_| testkit::free_tcp_port())
+            .find(|port| {
+                hosts.iter().all(|h| {
+                    let a = format!("{h}:{port}");
+                    TcpListener::bind(&a).is_ok() && UdpSocket::bind(&a).is_ok()
+                })
+            })
+            .unwrap_or_else(|| panic!("no port free on all of {hosts:?}"))
+    };
+    testkit::with_free_port(pick, |port| {
+        let mut nodes = Vec::new();
+        for (h, n) in hosts.iter().zip(names) {
+            match SutNode::try_start_at(&format!("{h}:{port}"), n, extra) {
+                Ok(node) => nodes.push(node),
+                Err(e) if testkit::says_address_in_use(&e) => return Started::PortTaken,
+                Err(e) => panic!("{e}"),
+            }
         }
-    }
-    panic!("no port free on all of {hosts:?}");
+        Started::Up((port, nodes))
+    })
 }
 
 /// A CA, and one certificate it signs for `names`: (CA, cert, key) paths.
@@ -274,36 +288,22 @@ fn dns_names_served_by_a_real_dns_server() {
             h.to_string()
         }
     };
-    let port = free_port(
-        &fleet_hosts
-            .iter()
-            .map(|h| bracketed(h))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
     let (ca, cert, key) = pki(&dir, &["fleet.test"]);
     let fleet_names: Vec<String> = (1..=fleet_hosts.len())
         .map(|i| format!("fleet-{i}"))
         .collect();
-    let _fleet: Vec<SutNode> = fleet_hosts
-        .iter()
-        .zip(&fleet_names)
-        .map(|(h, n)| {
-            SutNode::start_at(
-                &format!("{}:{port}", bracketed(h)),
-                n,
-                &["--tls-cert", &cert, "--tls-key", &key],
-            )
-        })
-        .collect();
+    let fleet_listen: Vec<String> = fleet_hosts.iter().map(|h| bracketed(h)).collect();
+    let (port, _fleet) = on_one_port(
+        &fleet_listen,
+        &fleet_names,
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
     // plain.test: two plain gRPC nodes; a third is given by its address.
-    let plain_port = free_port(&["127.0.0.5", "127.0.0.6"]);
-    let plain: Vec<SutNode> = [("127.0.0.5", "plain-1"), ("127.0.0.6", "plain-2")]
-        .iter()
-        .map(|(h, n)| SutNode::start_at(&format!("{h}:{plain_port}"), n, &[]))
-        .collect();
+    let (plain_port, plain) = on_one_port(
+        &["127.0.0.5".into(), "127.0.0.6".into()],
+        &["plain-1".into(), "plain-2".into()],
+        &[],
+    );
     let extra = SutNode::start("plain-3", &[]);
 
     let mut records: Vec<(String, &str)> = fleet_hosts

@@ -3,6 +3,7 @@
 //! least-outstanding dispatch spreads the samples evenly, a node killed
 //! among them ends the run INVALID naming it, and loadgen-node's memory and
 //! threads per node are measured against a run through one node.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -32,7 +33,7 @@ fn fleet(prefix: &str, n: usize) -> Vec<SutNode> {
 }
 
 /// A Server run through `sut`; returns its output directory and usage.
-fn server_run(sut: &str, tag: &str) -> (std::path::PathBuf, Usage) {
+fn server_run(sut: &str, tag: &str) -> (tests::Scratch, Usage) {
     let out = scratch(tag);
     let child = Command::new(binary("loadgen-node"))
         .args([

@@ -5,6 +5,7 @@
 //! compressed inputs that each decode to the input limit, and connections
 //! that start no session filling every place. The node's memory stays
 //! bounded meanwhile.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::time::{Duration, Instant};
 
@@ -151,11 +152,7 @@ fn a_run_stays_valid_beside_a_hostile_client() {
 
 /// A Server run of `loadgen-node` against `node` with `extra` flags; its
 /// output and logs' directory.
-fn server_run(
-    node: &SutNode,
-    tag: &str,
-    extra: &[&str],
-) -> (std::process::Output, std::path::PathBuf) {
+fn server_run(node: &SutNode, tag: &str, extra: &[&str]) -> (std::process::Output, tests::Scratch) {
     let out = scratch(tag);
     let sut = sut_list(std::slice::from_ref(node));
     let mut args = vec![

@@ -14,22 +14,51 @@
 //!
 //! Comments are skipped. A new cycle fails here with the crate, the level
 //! and the modules named.
+//!
+//! The same module trees are checked against docs/architecture.md, the map
+//! of the code: every module of a product crate's root is named in a table
+//! row of that crate's section, and where a table lists modules "from the
+//! top layer down", no module uses one listed above it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The crate roots checked, from the workspace root.
-const ROOTS: &[&str] = &[
-    "loadgen-node/engine/src/lib.rs",
-    "loadgen-node/cli/src/lib.rs",
-    "loadgen-node/cli/src/main.rs",
-    "qdl/src/lib.rs",
-    "sut-node/src/lib.rs",
-    "sut-node/src/main.rs",
-    "proto/src/lib.rs",
-    "proto/facts/src/lib.rs",
-    "compression/src/lib.rs",
-];
+/// The crate roots of the workspace: each member's `src/lib.rs` and
+/// `src/main.rs`, or the `path` its manifest gives them, from the workspace
+/// root. The second value says whether the crate is the product's (mapped
+/// in docs/architecture.md) rather than the tests' own.
+fn roots() -> Vec<(String, bool)> {
+    let root = workspace();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest
+        .split_once("members = [")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(list, _)| list)
+        .expect("the workspace's members");
+    let mut roots = Vec::new();
+    for member in members.split(',').map(|m| m.trim().trim_matches('"')) {
+        if member.is_empty() {
+            continue;
+        }
+        let product = member != "tests" && !member.starts_with("tests/");
+        let own = std::fs::read_to_string(root.join(member).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{member}/Cargo.toml: {e}"));
+        // `[lib] path = "..."` (the tests crate); otherwise the defaults.
+        let lib = own
+            .split_once("[lib]")
+            .and_then(|(_, rest)| rest.lines().find_map(|l| l.trim().strip_prefix("path = ")))
+            .map(|p| p.trim_matches('"').to_string())
+            .unwrap_or_else(|| "src/lib.rs".into());
+        for file in [lib.as_str(), "src/main.rs"] {
+            if root.join(member).join(file).exists() {
+                roots.push((format!("{member}/{file}"), product));
+            }
+        }
+    }
+    assert!(roots.len() >= 12, "too few crate roots found: {roots:?}");
+    roots
+}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -373,11 +402,8 @@ fn cycles(module: &Module, absolute: &str, out: &mut Vec<String>) {
 fn no_module_depends_on_itself_through_others() {
     let root = workspace();
     let mut found = Vec::new();
-    for file in ROOTS {
-        let module = Module::load(&root.join(file));
-        if file.ends_with("lib.rs") {
-            assert!(module.children.len() >= 2, "{file}: too few modules found");
-        }
+    for (file, _) in roots() {
+        let module = Module::load(&root.join(&file));
         let mut here = Vec::new();
         cycles(&module, "crate::", &mut here);
         found.extend(here.into_iter().map(|c| format!("{file}: {c}")));
@@ -385,12 +411,171 @@ fn no_module_depends_on_itself_through_others() {
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
 
+/// The sections of a Markdown text: each `## ` heading and the lines up to
+/// the next one.
+fn sections(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in text.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            out.push((h.to_string(), Vec::new()));
+        } else if let Some((_, lines)) = out.last_mut() {
+            lines.push(line.to_string());
+        }
+    }
+    out
+}
+
+/// The section of the map that describes the crate in folder `dir`: the one
+/// whose heading names that folder, or the nearest folder above it.
+fn section_of<'a>(map: &'a [(String, Vec<String>)], dir: &str) -> Option<&'a [String]> {
+    let mut dir = dir;
+    loop {
+        let named = format!("`{dir}/`");
+        if let Some((_, lines)) = map.iter().find(|(h, _)| h.contains(&named)) {
+            return Some(lines);
+        }
+        dir = dir.rsplit_once('/')?.0;
+    }
+}
+
+/// The names in backticks in `text`, each cut at its first `/` (`infer/`
+/// and `infer/read` name `infer`) and kept only if it could name a module.
+fn backticked(text: &str) -> BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|t| t.split('/').next().unwrap_or(""))
+        .filter(|t| !t.is_empty() && t.chars().all(is_ident))
+        .map(String::from)
+        .collect()
+}
+
+/// The first cell of each row of each table in `lines` that follows a line
+/// saying "from the top layer down", in order: the modules of each row.
+fn layered_tables(lines: &[String]) -> Vec<Vec<BTreeSet<String>>> {
+    let mut tables = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !lines[i].contains("from the top layer down") {
+            i += 1;
+            continue;
+        }
+        let mut rows = Vec::new();
+        let mut j = i + 1;
+        while j < lines.len() && !lines[j].starts_with('|') {
+            j += 1;
+        }
+        while j < lines.len() && lines[j].starts_with('|') {
+            let first = lines[j].split('|').nth(1).unwrap_or("");
+            let names = backticked(first);
+            if !names.is_empty() {
+                rows.push(names);
+            }
+            j += 1;
+        }
+        tables.push(rows);
+        i = j;
+    }
+    tables
+}
+
+/// What the map gets wrong about the crate whose root is `file` (from the
+/// workspace root): modules missing from its section's tables, and uses of
+/// a module listed above in a table ordered from the top layer down.
+fn map_errors(map: &[(String, Vec<String>)], file: &str, module: &Module) -> Vec<String> {
+    let dir = file
+        .rsplit_once("/src/")
+        .map_or(file, |(dir, _)| dir)
+        .to_string();
+    let Some(lines) = section_of(map, &dir) else {
+        return vec![format!("{file}: no section of the map names `{dir}/`")];
+    };
+    let in_tables: BTreeSet<String> = lines
+        .iter()
+        .filter(|l| l.starts_with('|'))
+        .flat_map(|l| backticked(l))
+        .collect();
+    let mut errors: Vec<String> = module
+        .children
+        .iter()
+        .filter(|(name, _)| !in_tables.contains(name))
+        .map(|(name, _)| {
+            format!("{file}: module `{name}` is in no table of the map's section for `{dir}/`")
+        })
+        .collect();
+    let deps = level(module, "crate::");
+    for rows in layered_tables(lines) {
+        let row_of = |m: &str| rows.iter().position(|r| r.contains(m));
+        for (name, used) in &deps {
+            let Some(mine) = row_of(name) else { continue };
+            for u in used {
+                if row_of(u).is_some_and(|theirs| theirs < mine) {
+                    errors.push(format!(
+                        "{file}: `{name}` uses `{u}`, which the map lists above it (from the top layer down)"
+                    ));
+                }
+            }
+        }
+    }
+    errors
+}
+
+#[test]
+fn the_map_names_every_module_and_its_layers_hold() {
+    let root = workspace();
+    let text = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the map");
+    let map = sections(&text);
+    let mut errors = Vec::new();
+    for (file, product) in roots() {
+        if product {
+            errors.extend(map_errors(&map, &file, &Module::load(&root.join(&file))));
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "docs/architecture.md is not the map of the code:\n{}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn the_map_check_finds_what_is_missing_or_out_of_order() {
+    let dir = tests::scratch("module-layers-map");
+    for (path, text) in [
+        ("x/src/lib.rs", "mod top;\nmod low;\nmod forgotten;\n"),
+        ("x/src/top.rs", ""),
+        ("x/src/low.rs", "use crate::top::T;\n"),
+        ("x/src/forgotten.rs", ""),
+    ] {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a folder")).expect("scratch");
+        std::fs::write(path, text).expect("write");
+    }
+    let map = sections(
+        "## The x crate (`x/`)\n\nModules, from the top layer down:\n\n\
+         | module | what |\n|---|---|\n| `top` | a |\n| `low` | b |\n",
+    );
+    let module = Module::load(&dir.join("x/src/lib.rs"));
+    let errors = map_errors(&map, "x/src/lib.rs", &module);
+    assert_eq!(
+        errors,
+        [
+            "x/src/lib.rs: module `forgotten` is in no table of the map's section for `x/`",
+            "x/src/lib.rs: `low` uses `top`, which the map lists above it (from the top layer down)",
+        ]
+    );
+    assert_eq!(
+        map_errors(&map, "y/src/lib.rs", &module),
+        ["y/src/lib.rs: no section of the map names `y/`"]
+    );
+}
+
 /// Writes `files` (path, text) under a scratch folder and returns the cycles
 /// the check finds from its `lib.rs`.
 fn cycles_in(files: &[(&str, &str)]) -> Vec<String> {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("module-layers-{}-{n}", std::process::id()));
+    let dir = tests::scratch(&format!("module-layers-{n}"));
     for (path, text) in files {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().expect("a folder")).expect("scratch");
@@ -398,7 +583,6 @@ fn cycles_in(files: &[(&str, &str)]) -> Vec<String> {
     }
     let mut found = Vec::new();
     cycles(&Module::load(&dir.join("lib.rs")), "crate::", &mut found);
-    let _ = std::fs::remove_dir_all(&dir);
     found
 }
 

@@ -20,6 +20,7 @@
 //! run one at a time (they measure timing). Namespaces are named `mlpn-PID-N-ROLE`; they are
 //! deleted when a test ends, however it ends, and a later run deletes any
 //! left by a process that no longer exists.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -226,7 +227,7 @@ impl NetNode {
 struct Lab {
     prefix: String,
     namespaces: Vec<String>,
-    dir: PathBuf,
+    dir: tests::Scratch,
     nodes: Vec<Option<NetNode>>,
     /// Node processes started so far (names their log files).
     started: usize,

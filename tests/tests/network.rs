@@ -1,4 +1,5 @@
 //! loadgen-node driving real sut-node processes over gRPC on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
 

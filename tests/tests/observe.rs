@@ -1,5 +1,6 @@
 //! Seeing inside a run: the latency breakdown and the progress lines of
 //! loadgen-node driving real sut-node processes on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use tests::{loadgen, scratch, sut_list, text, SutNode};
 

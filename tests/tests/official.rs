@@ -4,6 +4,7 @@
 //!
 //! Built only with this crate's `official-loadgen` feature (run by
 //! tests/official/run.sh, which fetches and checks the official sources).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 #![cfg(feature = "official-loadgen")]
 
 use std::path::Path;

@@ -2,6 +2,7 @@
 //! sut-node, both with `--otlp`, export to an OTLP collector run by the
 //! test (the real OTLP protobufs, decoded), and a traced sample's spans form
 //! one tree from the QDL's send to the node's answer.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -14,7 +15,12 @@ use tests::{
 const QUERIES: usize = 20;
 
 /// A short SingleStream run of `QUERIES` samples through `node`.
-fn run(node: &SutNode, otlp: &str, ratio: &str, tag: &str) -> (std::process::Output, String) {
+fn run(
+    node: &SutNode,
+    otlp: &str,
+    ratio: &str,
+    tag: &str,
+) -> (std::process::Output, tests::Scratch) {
     let out = scratch(tag);
     let dir = out.to_str().expect("utf-8 path").to_string();
     let sut = sut_list(std::slice::from_ref(node));
@@ -27,7 +33,7 @@ fn run(node: &SutNode, otlp: &str, ratio: &str, tag: &str) -> (std::process::Out
     args.extend_from_slice(&["--progress-interval", "0", "--output-dir", &dir]);
     let o = loadgen(&args);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    (o, dir)
+    (o, out)
 }
 
 fn named<'a>(spans: &'a [ReceivedSpan], service: &str, name: &str) -> Vec<&'a ReceivedSpan> {
@@ -173,10 +179,8 @@ fn ratio_zero_traces_the_run_but_no_sample() {
 #[test]
 fn an_unreachable_collector_neither_fails_nor_holds_up_the_run() {
     // A port nobody listens on: connections are refused.
-    let endpoint = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        format!("http://{}", l.local_addr().expect("its address"))
-    };
+    let closed = tests::ClosedPort::new();
+    let endpoint = format!("http://{}", closed.addr());
     let node = SutNode::start("lonely", &["--otlp", &endpoint]);
     let started = Instant::now();
     let (o, dir) = run(&node, &endpoint, "1", "otlp-unreachable");

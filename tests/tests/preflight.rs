@@ -194,12 +194,9 @@ fn works_over_quic() {
 #[test]
 fn an_unreachable_node_is_a_clear_error() {
     let dir = scratch("preflight-dead");
-    // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let sut = format!("127.0.0.1:{port}");
+    // A port held, on which nothing listens.
+    let closed = tests::ClosedPort::new();
+    let sut = closed.addr();
     let o = preflight(&sut, &dir, &["--connect-timeout", "2"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

@@ -2,13 +2,14 @@
 //! answering queries about them through its HTTP API. Runs where
 //! PROMETHEUS_BIN names the Prometheus binary (tests/prometheus/run.sh
 //! installs Debian's and sets it); skipped otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tests::{binary, scratch, text, SutNode};
+use tests::{binary, scratch, SutNode};
 
 struct Killed(Child);
 
@@ -17,11 +18,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
-    l.local_addr().expect("its address").port()
 }
 
 /// `GET path` on `addr`: the status code and the body.
@@ -106,36 +102,12 @@ fn prometheus_scrapes_both_nodes_during_a_run() {
         .metrics
         .clone()
         .expect("the ready line's metrics address");
-    let loadgen_metrics = format!("127.0.0.1:{}", free_port());
-    let api = format!("127.0.0.1:{}", free_port());
     let dir = scratch("prometheus");
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: sut-node\n    static_configs:\n      - targets: ['{node_metrics}']\n  \
-             - job_name: loadgen-node\n    static_configs:\n      - targets: ['{loadgen_metrics}']\n"
-        ),
-    )
-    .expect("the config");
-    let _prometheus = Killed(
-        Command::new(&prometheus_bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={api}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus starts"),
-    );
 
-    // A Server run long enough for several scrapes.
+    // A Server run long enough for several scrapes, its metrics on a port
+    // the kernel picks (the line it prints says which).
     let out = dir.join("out");
-    let run = Command::new(binary("loadgen-node"))
+    let mut run = Command::new(binary("loadgen-node"))
         .args([
             "--sut",
             &node.addr,
@@ -147,12 +119,7 @@ fn prometheus_scrapes_both_nodes_during_a_run() {
         .args(["--sample-bytes", "64", "--total-sample-count", "300"])
         .args(["--performance-sample-count", "100", "--no-trace"])
         .args(["--set", "target_qps=300", "--set", "min_duration=12000"])
-        .args([
-            "--set",
-            "min_query_count=100",
-            "--metrics",
-            &loadgen_metrics,
-        ])
+        .args(["--set", "min_query_count=100", "--metrics", "127.0.0.1:0"])
         .arg("--output-dir")
         .arg(&out)
         .stdout(Stdio::piped())
@@ -160,6 +127,70 @@ fn prometheus_scrapes_both_nodes_during_a_run() {
         .spawn()
         // It ends by itself in seconds, also when an assertion below fails.
         .expect("loadgen-node starts");
+    let (stderr_tx, stderr_rx) = std::sync::mpsc::channel();
+    let stderr = run.stderr.take().expect("piped stderr");
+    let stderr_reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = stderr_tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let loadgen_metrics = loop {
+        let line = stderr_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("loadgen-node prints its metrics address");
+        if let Some(rest) = line.strip_prefix("loadgen-node: metrics on http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: sut-node\n    static_configs:\n      - targets: ['{node_metrics}']\n  \
+             - job_name: loadgen-node\n    static_configs:\n      - targets: ['{loadgen_metrics}']\n"
+        ),
+    )
+    .expect("the config");
+    // Prometheus must be told its port: one free a moment ago, and another
+    // if it was taken meanwhile.
+    let (api, _prometheus) = testkit::with_free_port(testkit::free_tcp_port, |port| {
+        let api = format!("127.0.0.1:{port}");
+        let log = dir.join("prometheus.log");
+        let mut prometheus = Killed(
+            Command::new(&prometheus_bin)
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address={api}"))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("the log"))
+                .spawn()
+                .expect("prometheus starts"),
+        );
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = prometheus.0.try_wait() {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                if testkit::says_address_in_use(&said) {
+                    return testkit::Started::PortTaken;
+                }
+                panic!("prometheus ended: {said}");
+            }
+            if get(&api, "/-/ready").is_some_and(|(status, _)| status == 200) {
+                return testkit::Started::Up((api, prometheus));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("prometheus was not ready within 30 s");
+    });
 
     let limit = Duration::from_secs(30);
     let node_sel = "{node=\"prom-node\"}";
@@ -206,6 +237,7 @@ fn prometheus_scrapes_both_nodes_during_a_run() {
         limit,
     );
 
-    let o = run.wait_with_output().expect("loadgen-node ends");
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    let status = run.wait().expect("loadgen-node ends");
+    let said = stderr_reader.join().expect("its stderr");
+    assert!(status.success(), "{said}");
 }

@@ -1,5 +1,6 @@
 //! loadgen-node driving real sut-node processes over QUIC, over TLS gRPC, and
 //! over both in one run; certificate pinning, CA checks and mutual TLS.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -50,7 +51,7 @@ fn run(sut: &str, scenario: &str, mode: &str, sets: &[&str], extra: &[&str], out
     loadgen(&args)
 }
 
-fn offline(sut: &str, extra: &[&str], tag: &str) -> (Output, PathBuf) {
+fn offline(sut: &str, extra: &[&str], tag: &str) -> (Output, tests::Scratch) {
     let out = scratch(tag);
     let o = run(sut, "Offline", "PerformanceOnly", OFFLINE, extra, &out);
     (o, out)
@@ -303,10 +304,10 @@ impl Pki {
 #[test]
 fn ca_verification_and_mutual_tls_on_both_transports() {
     let dir = scratch("pki");
-    let pki = Pki::new(dir.clone(), "ca");
+    let pki = Pki::new(dir.to_path_buf(), "ca");
     let (server_cert, server_key) = pki.issue("server", true);
     let (client_cert, client_key) = pki.issue("client", false);
-    let stranger = Pki::new(dir.clone(), "other-ca");
+    let stranger = Pki::new(dir.to_path_buf(), "other-ca");
     let (bad_cert, bad_key) = stranger.issue("stranger", false);
     let ca = pki.ca_path("ca");
 
@@ -395,10 +396,20 @@ fn ready_line_and_listening_flags() {
     assert_ok(&o, "quic only");
 
     // QUIC on a port of its own.
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let free = udp.local_addr().unwrap().to_string();
-    drop(udp);
-    let moved = SutNode::start("moved", &["--quic-listen", &free]);
+    let free_udp = || {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|u| u.local_addr())
+            .expect("a free UDP port")
+            .port()
+    };
+    let (free, moved) = testkit::with_free_port(free_udp, |port| {
+        let free = format!("127.0.0.1:{port}");
+        match SutNode::try_start_at("127.0.0.1:0", "moved", &["--quic-listen", &free]) {
+            Ok(node) => testkit::Started::Up((free, node)),
+            Err(e) if testkit::says_address_in_use(&e) => testkit::Started::PortTaken,
+            Err(e) => panic!("{e}"),
+        }
+    });
     assert_eq!(moved.quic.as_deref(), Some(free.as_str()));
     assert_ne!(moved.addr, free);
 

@@ -3,6 +3,7 @@
 //! tests/slurm/run.sh configures, starts and passes here as
 //! MLPN_SLURM_CONF). Four sut-nodes per host, one per task, as one per GPU
 //! would be. Skipped, saying so, without that variable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};
@@ -67,7 +68,7 @@ fn free_ports() -> u16 {
 /// A job's settings.
 struct Job {
     conf: String,
-    dir: PathBuf,
+    dir: tests::Scratch,
     port: u16,
     sut_args: String,
     run_args: String,
@@ -112,14 +113,28 @@ impl Job {
     }
 
     /// Submits the job and waits for it; its id, exit status and output.
-    fn run(&self) -> (String, Option<i32>, String) {
-        let o = self.sbatch(&["--wait"]).output().expect("sbatch runs");
-        let out = std::fs::read_to_string(self.dir.join("job.out")).unwrap_or_default();
-        (
-            job_id(&text(&o.stdout)),
-            o.status.code(),
-            format!("{}{}{out}", text(&o.stdout), text(&o.stderr)),
-        )
+    /// The ports were free when chosen: a job in which a node found its
+    /// port taken meanwhile is run again on others.
+    fn run(&mut self) -> (String, Option<i32>, String) {
+        for _ in 0..5 {
+            let o = self.sbatch(&["--wait"]).output().expect("sbatch runs");
+            let out = std::fs::read_to_string(self.dir.join("job.out")).unwrap_or_default();
+            let taken = !o.status.success()
+                && self
+                    .node_logs()
+                    .values()
+                    .any(|log| testkit::says_address_in_use(log));
+            if !taken {
+                return (
+                    job_id(&text(&o.stdout)),
+                    o.status.code(),
+                    format!("{}{}{out}", text(&o.stdout), text(&o.stderr)),
+                );
+            }
+            let _ = std::fs::remove_dir_all(self.results());
+            self.port = free_ports();
+        }
+        panic!("a node found its port taken in every one of 5 jobs");
     }
 
     /// Each node's log, by file name.
@@ -205,7 +220,7 @@ fn judged(dir: &Path) -> BTreeMap<String, String> {
 fn a_batch_job_runs_valid_with_every_node_and_as_a_run_by_hand() {
     let Some(conf) = cluster() else { return };
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let job = Job::new(&conf, "valid");
+    let mut job = Job::new(&conf, "valid");
     let started = Instant::now();
     let (id, status, out) = job.run();
     println!("slurm job: {:.1} s", started.elapsed().as_secs_f64());

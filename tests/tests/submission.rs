@@ -4,6 +4,7 @@
 //! without redoing finished runs; bad plans and dead nodes refused with the
 //! tree untouched. With MLPERF_INFERENCE_DIR set, the official checker runs
 //! on the tree and its verdict is shown (shortened runs cannot pass it).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
 use std::time::SystemTime;
@@ -323,11 +324,8 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
         err.contains("system_description.accelerators_per_node must be a string"),
         "{err}"
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    std::fs::write(&plan_path, plan(&format!("127.0.0.1:{port}"), "")).unwrap();
+    let closed = tests::ClosedPort::new();
+    std::fs::write(&plan_path, plan(&closed.addr(), "")).unwrap();
     let o = loadgen(&["submission", &plan_arg]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

@@ -2,6 +2,7 @@
 //! of a synthetic node (2 ms a sample, one at a time), found to 5 %, agrees
 //! with the native engine's FindPeakPerformance on the same node; a second
 //! sweep resumes from the first's points; other flags are refused there.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use serde_json::Value;
 use tests::{loadgen, scratch, text, SutNode, SMALL_DATA};
@@ -10,11 +11,11 @@ fn args<'a>(node: &'a SutNode, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec!["--sut", &node.addr, "--scenario", "Server"];
     a.extend_from_slice(SMALL_DATA);
     a.extend_from_slice(&["--progress-interval", "0"]);
-    // Early stopping at p99 needs about 460 queries; a 200 ms bound keeps
-    // the knee where the node's queue starts to grow, above the host's
-    // jitter.
+    // Early stopping at p99 needs about 460 queries; a 500 ms bound keeps
+    // the knee where the node's queue has grown for a while, far above a
+    // busy host's stalls.
     a.extend_from_slice(&["--set", "min_duration=1000", "--set", "min_query_count=500"]);
-    a.extend_from_slice(&["--set", "target_latency=200"]);
+    a.extend_from_slice(&["--set", "target_latency=500"]);
     a.extend_from_slice(extra);
     a
 }
@@ -134,5 +135,4 @@ fn sweep_finds_the_highest_valid_target_and_agrees_with_find_peak_performance() 
         lo * 0.95 <= peak && peak <= hi * 1.05,
         "FindPeakPerformance {peak} against the sweep's [{lo}, {hi})"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

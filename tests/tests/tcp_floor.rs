@@ -1,5 +1,6 @@
 //! tcp-floor: what `send` counts as answered is what it sent, and what
 //! `serve` counts as read, in both loops and over several connections.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -98,13 +99,10 @@ fn every_sample_sent_is_answered_and_counted_by_the_server() {
 
 #[test]
 fn a_server_that_is_not_there_is_an_error() {
-    // A port just freed: nothing listens on it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    // A port held, on which nothing listens.
+    let closed = tests::ClosedPort::new();
     let o = Command::new(TCP_FLOOR)
-        .args(["send", "--connect", &format!("127.0.0.1:{port}")])
+        .args(["send", "--connect", &closed.addr()])
         .args(["--bytes", "10", "--count", "10"])
         .output()
         .expect("tcp-floor send runs");

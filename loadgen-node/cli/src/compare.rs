@@ -1101,13 +1101,13 @@ mod tests {
     #[test]
     fn token_runs_are_judged_by_ttft_and_tpot_from_the_side_file() {
         let (a, b) = (
-            ::tests::scratch("cmp-tokens-a"),
-            ::tests::scratch("cmp-tokens-b"),
+            testkit::Scratch::new("cmp-tokens-a"),
+            testkit::Scratch::new("cmp-tokens-b"),
         );
         token_run(&a);
         token_run(&b);
-        let base = Side::read("base", std::slice::from_ref(&a)).unwrap();
-        let new = Side::read("new", std::slice::from_ref(&b)).unwrap();
+        let base = Side::read("base", &[a.to_path_buf()]).unwrap();
+        let new = Side::read("new", &[b.to_path_buf()]).unwrap();
         let c = compare(&base, &new);
         let text = print(&c);
         let judged: Vec<&str> = c
@@ -1130,8 +1130,6 @@ mod tests {
         }
         assert!(text.contains("completed tokens/s"), "{text}");
         assert!(text.starts_with("compare: llama2-70b, Server"), "{text}");
-        let _ = std::fs::remove_dir_all(&a);
-        let _ = std::fs::remove_dir_all(&b);
     }
 
     #[test]

@@ -214,10 +214,10 @@ mod tests {
         assert!(d["settings"]["target_latency_ns"].as_u64().is_some());
         assert!(d["trace"].is_null() && d["breakdown"].is_null());
 
-        let out = std::env::temp_dir().join(format!("report-{}.html", std::process::id()));
+        let dir = testkit::Scratch::new("report");
+        let out = dir.join("report.html");
         write(&run, &run, &out).unwrap();
         let page = std::fs::read_to_string(&out).unwrap();
-        let _ = std::fs::remove_file(&out);
         let data = page
             .split("<script id=\"data\" type=\"application/json\">")
             .nth(1)
@@ -233,8 +233,7 @@ mod tests {
 
     #[test]
     fn the_trace_gives_the_cdf_and_the_timeline() {
-        let dir = std::env::temp_dir().join(format!("report-trace-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("report-trace");
         let mut trace = String::from("{\"traceEvents\":[\n");
         for i in 0..100 {
             // Scheduled every 10 ms, latency i ms.
@@ -248,7 +247,6 @@ mod tests {
         let path = dir.join("mlperf_log_trace.json");
         std::fs::write(&path, trace).unwrap();
         let t = trace_figures(&path).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(t["samples"], 100);
         let cdf = t["cdf"].as_array().unwrap();
         assert_eq!(cdf.last().unwrap(), &json!([100e6, 1.0]));

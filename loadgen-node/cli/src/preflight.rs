@@ -677,7 +677,8 @@ mod tests {
 
     #[test]
     fn merging_keeps_hand_filled_fields() {
-        let path = std::env::temp_dir().join(format!("sysjson-{}.json", std::process::id()));
+        let dir = testkit::Scratch::new("sysjson");
+        let path = dir.join("system.json");
         std::fs::write(
             &path,
             r#"{"system_name": "x", "network_media": "optical fiber", "network_rate": "old"}"#,

@@ -417,9 +417,7 @@ mod tests {
 
     #[test]
     fn loads_and_unloads_npy_samples() {
-        let dir = std::env::temp_dir().join(format!("qsl-npy-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("qsl-npy");
         for i in 0..3u8 {
             let data = [i; 8];
             std::fs::write(

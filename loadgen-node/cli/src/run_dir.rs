@@ -278,9 +278,9 @@ mod tests {
 
     #[test]
     fn a_native_run_gives_its_samples_from_the_side_file() {
-        let dir = ::tests::scratch("run-dir-side");
+        let dir = testkit::Scratch::new("run-dir-side");
         let logs = LogSettings {
-            outdir: dir.clone(),
+            outdir: dir.to_path_buf(),
             enable_trace: true,
             latency_file: Some(LatencyFileSettings {
                 path: dir.join(latency_file::FILE),
@@ -321,6 +321,5 @@ mod tests {
         assert_eq!(t.source, SampleSource::Trace);
         assert_eq!(t.latency_ns.len(), queries * 4);
         assert_eq!(t.query_latency_ns.len(), queries);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

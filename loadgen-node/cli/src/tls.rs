@@ -3,11 +3,10 @@
 //! the client certificate of mutual TLS.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::Args;
-use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
+use proto::tls::{ClientTls, ClientTlsOptions, OptionSpelling};
 
 /// TLS: always on for `quic://` nodes; for gRPC, on with any of these flags
 /// (or a `grpcs://` address).
@@ -57,48 +56,21 @@ pub struct TlsArgs {
 impl TlsArgs {
     /// The QDL's TLS settings; `None` when no TLS flag was given.
     pub fn client_tls(&self) -> Result<Option<ClientTls>> {
-        let checks = [
-            !self.tls_pin.is_empty(),
-            self.tls_ca.is_some(),
-            self.tls_insecure,
-        ];
-        let identity = match (&self.tls_client_cert, &self.tls_client_key) {
-            (Some(cert), Some(key)) => Some(Arc::new(
-                Identity::from_pem_files(cert, key)
-                    .context("--tls-client-cert/--tls-client-key")?,
-            )),
-            _ => None,
+        let options = ClientTlsOptions {
+            pins: &self.tls_pin,
+            ca: self.tls_ca.as_deref(),
+            insecure: self.tls_insecure,
+            client_cert: self.tls_client_cert.as_deref(),
+            client_key: self.tls_client_key.as_deref(),
         };
-        let check = match checks.iter().filter(|c| **c).count() {
-            0 if identity.is_none() => return Ok(None),
-            0 => bail!(
-                "--tls-client-cert: also say how to check the sut-nodes' certificates: \
-                 --tls-pin, --tls-ca or --tls-insecure"
-            ),
-            1 => {
-                if !self.tls_pin.is_empty() {
-                    let pins = self
-                        .tls_pin
-                        .iter()
-                        .map(|p| p.parse::<Fingerprint>())
-                        .collect::<Result<Vec<_>, _>>()
-                        .context("--tls-pin")?;
-                    ServerCheck::Pinned(pins)
-                } else if let Some(ca) = &self.tls_ca {
-                    ServerCheck::Ca(read_certs(ca).context("--tls-ca")?)
-                } else {
-                    ServerCheck::Insecure
-                }
-            }
-            _ => bail!("give only one of --tls-pin, --tls-ca and --tls-insecure"),
-        };
-        Ok(Some(ClientTls { check, identity }))
+        Ok(options.resolve(OptionSpelling::Flag)?)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proto::tls::ServerCheck;
 
     #[test]
     fn flags_map_to_one_check() {

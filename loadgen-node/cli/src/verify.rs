@@ -370,7 +370,8 @@ mod tests {
             hex(&good),
             hex(&other)
         );
-        let path = std::env::temp_dir().join(format!("verify-{}.json", std::process::id()));
+        let dir = testkit::Scratch::new("verify");
+        let path = dir.join("mlperf_log_accuracy.json");
         std::fs::write(&path, log).unwrap();
         let v = check(&path, &data).unwrap();
         assert_eq!(v.checked, 2);
@@ -413,6 +414,5 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ends inside"));
-        let _ = std::fs::remove_file(&path);
     }
 }

@@ -23,7 +23,8 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn replays_a_reference_accuracy_run() {
     let case = fixture("singlestream_acc_600_256");
-    let out = scratch("replay").join("nested/dir");
+    let scratch = scratch("replay");
+    let out = scratch.join("nested/dir");
     let o = bin()
         .args([
             "--sut",

@@ -30,6 +30,7 @@
 //! ratio with the file to without. It is in the default `BENCH_ONLY` list.
 //!
 //! Values in parentheses are the `BENCH_QUICK=1` defaults.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
 
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -193,8 +193,10 @@ impl Clock for VirtualClock {
 fn broken_down(t: SystemTime, local: bool) -> (libc::tm, u32) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as libc::time_t;
-    // SAFETY: tm is plain data; the *_r functions only write into it.
+    // SAFETY: tm is plain data, for which all zeros is a valid value.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals; the *_r functions only read
+    // `secs` and write into `tm`.
     unsafe {
         if local {
             libc::localtime_r(&secs, &mut tm);

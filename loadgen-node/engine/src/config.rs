@@ -1144,8 +1144,7 @@ mod tests {
 
     #[test]
     fn resolve_layers_sources() {
-        let dir = std::env::temp_dir().join(format!("loadgen-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("loadgen-config");
         let user = dir.join("user.conf");
         std::fs::write(&user, "*.*.mode = 1\nresnet50.Offline.target_qps = 250\n").unwrap();
         let mut src = SettingsSources {
@@ -1183,7 +1182,6 @@ mod tests {
         let err = src.resolve().unwrap_err();
         assert!(err.is_syntax());
         assert!(err.to_string().contains("user.conf:1:"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -47,6 +47,7 @@
 //! let outcome = start_test(&Echo, &SizedQsl::new(100, 50), &settings, &logs, None)?;
 //! assert_eq!(outcome.accuracy_entries, 100);
 //! assert!(outcome.run_error.is_none());
+//! # std::fs::remove_dir_all(&logs.outdir).ok();
 //! # Ok::<(), loadgen_engine::runner::RunError>(())
 //! ```
 

@@ -1,5 +1,6 @@
 //! Config files and the settings records of the detail log, checked against
 //! the recorded outcomes of the reference LoadGen (tests/data/conformance).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 
@@ -57,25 +58,17 @@ fn quote_floats(json: &str) -> String {
 }
 
 /// A scratch directory for config files, removed when dropped.
-struct TempDir(PathBuf);
+struct TempDir(testkit::Scratch);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("loadgen-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        TempDir(testkit::Scratch::new(&format!("loadgen-{tag}")))
     }
 
     fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, text).unwrap();
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Reproduces the deterministic parts of the official LoadGen reference runs
 //! in `tests/data/conformance`: effective settings, loadable sets, the issued
 //! queries' sample indices, Server schedules and the `generated_*` values.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -3,6 +3,7 @@
 //! compares what must be identical: the accuracy log, the ordered detail keys
 //! and their deterministic values, the summary of accuracy runs and the
 //! parameter block of performance runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
 
@@ -107,7 +108,7 @@ fn timing_dependent(key: &str) -> bool {
         )
 }
 
-fn run_case(dir: &Path) -> PathBuf {
+fn run_case(dir: &Path) -> testkit::Scratch {
     let s: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("settings.json")).unwrap()).unwrap();
     let settings = test_settings(&s);
@@ -127,14 +128,12 @@ fn run_case(dir: &Path) -> PathBuf {
         name: "audit.config".into(),
         file: ConfigFile::parse("audit.config", &std::fs::read_to_string(&audit).unwrap()).unwrap(),
     });
-    let out = std::env::temp_dir().join(format!(
-        "loadgen-conformance-{}-{}",
-        std::process::id(),
+    let out = testkit::Scratch::new(&format!(
+        "loadgen-conformance-{}",
         dir.file_name().unwrap().to_string_lossy()
     ));
-    let _ = std::fs::remove_dir_all(&out);
     let log = LogSettings {
-        outdir: out.clone(),
+        outdir: out.to_path_buf(),
         ..LogSettings::default()
     };
     let outcome = start_test(&sut, &qsl, &settings, &log, audit.as_ref()).unwrap();

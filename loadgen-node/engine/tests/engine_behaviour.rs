@@ -3,8 +3,9 @@
 //! dies, SubmissionRun, and the trace's JSON. The timing rules (schedules,
 //! stop rules, coalescing, FindPeakPerformance) are tested in virtual time,
 //! in virtual_time.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -17,10 +18,8 @@ use loadgen_engine::{
 };
 use serde_json::Value;
 
-fn out_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("loadgen-behaviour-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn out_dir(name: &str) -> testkit::Scratch {
+    testkit::Scratch::new(&format!("loadgen-behaviour-{name}"))
 }
 
 fn run(
@@ -28,10 +27,10 @@ fn run(
     settings: &TestSettings,
     name: &str,
     trace: bool,
-) -> (TestOutcome, PathBuf) {
+) -> (TestOutcome, testkit::Scratch) {
     let dir = out_dir(name);
     let log = LogSettings {
-        outdir: dir.clone(),
+        outdir: dir.to_path_buf(),
         enable_trace: trace,
         ..LogSettings::default()
     };

@@ -2,8 +2,9 @@
 //! answers each sample at a virtual time of its model, the issuing loop waits
 //! on a `VirtualClock`, and a ten-second run takes milliseconds and does the
 //! same thing every time, however loaded the machine.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -86,11 +87,10 @@ impl SystemUnderTest for SimSut {
     }
 }
 
-fn run(sut: &SimSut, settings: &TestSettings, name: &str) -> (TestOutcome, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("loadgen-virtual-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn run(sut: &SimSut, settings: &TestSettings, name: &str) -> (TestOutcome, testkit::Scratch) {
+    let dir = testkit::Scratch::new(&format!("loadgen-virtual-{name}"));
     let log = LogSettings {
-        outdir: dir.clone(),
+        outdir: dir.to_path_buf(),
         enable_trace: false,
         ..LogSettings::default()
     };

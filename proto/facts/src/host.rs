@@ -105,6 +105,19 @@ fn interface_addresses() -> Vec<(String, IpAddr)> {
     out
 }
 
+/// This machine's host name; "sut-node" where it has none that is UTF-8.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
+    // within it (or truncates), and we stop at the first NUL or the end.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
+        _ => "sut-node".to_string(),
+    }
+}
+
 /// The OS's name from /etc/os-release, e.g. "Debian GNU/Linux 13 (trixie)".
 pub fn os_name() -> String {
     std::fs::read_to_string("/etc/os-release")

@@ -14,13 +14,14 @@
 //! together, the GIL held only for that call. See docs/python.md.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
 use compression::CodecSpec;
 use loadgen_engine::{QuerySample, QuerySampleIndex, QuerySampleResponse};
-use proto::tls::{read_certs, ClientTls, Fingerprint, Identity, ServerCheck};
+use proto::tls::{ClientTls, ClientTlsOptions, OptionSpelling};
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -135,7 +136,8 @@ fn node_list(nodes: &Bound<'_, PyAny>) -> PyResult<NodeList> {
     qdl::find_nodes(&addrs.join(","), None, Duration::ZERO, |_| {}).map_err(config_error)
 }
 
-/// How node certificates are checked, as loadgen-node's --tls-* flags say.
+/// How node certificates are checked, by the rules of loadgen-node's
+/// --tls-* flags (`proto::tls::ClientTlsOptions`).
 fn client_tls(
     pins: Vec<String>,
     ca: Option<String>,
@@ -143,39 +145,16 @@ fn client_tls(
     client_cert: Option<String>,
     client_key: Option<String>,
 ) -> PyResult<Option<ClientTls>> {
-    let identity = match (client_cert, client_key) {
-        (Some(cert), Some(key)) => Some(Arc::new(
-            Identity::from_pem_files(cert.as_ref(), key.as_ref()).map_err(config_error)?,
-        )),
-        (None, None) => None,
-        _ => {
-            return Err(config_error(
-                "tls_client_cert and tls_client_key go together",
-            ))
-        }
+    let options = ClientTlsOptions {
+        pins: &pins,
+        ca: ca.as_deref().map(Path::new),
+        insecure,
+        client_cert: client_cert.as_deref().map(Path::new),
+        client_key: client_key.as_deref().map(Path::new),
     };
-    let check = match (pins.is_empty(), ca, insecure) {
-        (true, None, false) if identity.is_none() => return Ok(None),
-        (true, None, false) => {
-            return Err(config_error(
-                "tls_client_cert: also say how to check the sut-nodes' certificates: \
-                 tls_pin, tls_ca or tls_insecure",
-            ))
-        }
-        (false, None, false) => ServerCheck::Pinned(
-            pins.iter()
-                .map(|p| p.parse::<Fingerprint>().map_err(config_error))
-                .collect::<PyResult<_>>()?,
-        ),
-        (true, Some(ca), false) => ServerCheck::Ca(read_certs(ca.as_ref()).map_err(config_error)?),
-        (true, None, true) => ServerCheck::Insecure,
-        _ => {
-            return Err(config_error(
-                "give only one of tls_pin, tls_ca and tls_insecure",
-            ))
-        }
-    };
-    Ok(Some(ClientTls { check, identity }))
+    options
+        .resolve(OptionSpelling::Keyword)
+        .map_err(config_error)
 }
 
 fn connect_error(e: QdlError) -> PyErr {

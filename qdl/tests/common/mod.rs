@@ -1,10 +1,9 @@
 //! An in-process fake sut-node (a small tonic server on 127.0.0.1:0) whose
 //! misbehaviours are switched on per test, a data set, and a helper that runs
 //! a whole LoadGen test against a `Qdl`.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -506,17 +505,16 @@ pub fn single_stream(queries: u64) -> TestSettings {
 
 pub struct Ran {
     pub outcome: TestOutcome,
-    pub dir: PathBuf,
+    pub dir: testkit::Scratch,
     pub took: Duration,
 }
 
 /// Runs a whole test against `qdl` with a QSL of `total` samples (all of
 /// them in the performance set).
 pub fn run(qdl: &Qdl, settings: &TestSettings, total: usize, name: &str) -> Ran {
-    let dir = std::env::temp_dir().join(format!("qdl-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = testkit::Scratch::new(&format!("qdl-test-{name}"));
     let log = LogSettings {
-        outdir: dir.clone(),
+        outdir: dir.to_path_buf(),
         enable_trace: false,
         ..LogSettings::default()
     };

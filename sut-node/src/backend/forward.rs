@@ -25,7 +25,8 @@ impl Runtime {
     }
 
     fn rt(&self) -> &tokio::runtime::Runtime {
-        // Only `drop` takes it out.
+        // Invariant: only `drop` takes it out, so it is here for any caller.
+        #[allow(clippy::expect_used)]
         self.0.as_ref().expect("runtime present until dropped")
     }
 

@@ -14,7 +14,10 @@ pub mod llm;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod openai;
+mod spec;
 pub mod synthetic;
+
+pub use spec::{build, BackendSpec, BuildError};
 
 /// A sample's final answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +85,75 @@ pub trait SampleSink {
     }
 }
 
+/// What runs a node's samples: an accelerator's runtime, an inference server
+/// the node forwards to, or the synthetic emulation.
+///
+/// The batcher calls a backend from its one worker thread: [`warm_up`] once
+/// before the node reports ready, then [`infer`] with each batch of decoded
+/// inputs (at most `--max-batch-size` of them). A backend may block as long
+/// as a batch takes. It must return one [`Output`] per input, in order: an
+/// [`Answer`] (its bytes go back to the LoadGen node as they are; for an
+/// LLM, with the number of tokens generated) or a [`SampleFailure`] that
+/// fails that sample alone. An `Err` fails the whole batch.
+///
+/// A new backend, in its own module under `backend/` and made by
+/// [`build`] from a [`BackendSpec`] variant of its own:
+///
+/// ```
+/// use bytes::Bytes;
+/// use sut_node::backend::{
+///     Answer, Backend, BackendError, BatchInfo, Output, SampleFailure, SampleSink,
+/// };
+///
+/// /// Answers each input with its first byte; refuses empty inputs.
+/// struct FirstByte;
+///
+/// impl Backend for FirstByte {
+///     fn name(&self) -> &str {
+///         "first-byte"
+///     }
+///
+///     fn warm_up(&self) -> Result<(), BackendError> {
+///         // Load weights, compile kernels, run a dummy batch: whatever makes
+///         // the first real batch as fast as the next.
+///         Ok(())
+///     }
+///
+///     fn infer(
+///         &self,
+///         inputs: &[Bytes],
+///         _info: BatchInfo,
+///         _sink: &mut dyn SampleSink,
+///     ) -> Result<Vec<Output>, BackendError> {
+///         Ok(inputs
+///             .iter()
+///             .map(|input| match input.first() {
+///                 Some(b) => Ok(Answer {
+///                     payload: Bytes::copy_from_slice(&[*b]),
+///                     n_tokens: 0,
+///                 }),
+///                 None => Err(SampleFailure::Backend("empty input".into())),
+///             })
+///             .collect())
+///     }
+/// }
+///
+/// // What the batcher does with it (a sink that takes no early results).
+/// struct Later;
+/// impl SampleSink for Later {
+///     fn first_token(&mut self, _index: usize, _payload: Bytes) {}
+/// }
+/// let backend = FirstByte;
+/// backend.warm_up()?;
+/// let inputs = [Bytes::from_static(b"xy"), Bytes::new()];
+/// let outputs = backend.infer(&inputs, BatchInfo::default(), &mut Later)?;
+/// assert_eq!(outputs[0].as_ref().map(|a| a.payload.clone()), Ok(Bytes::from_static(b"x")));
+/// assert!(outputs[1].is_err());
+/// # Ok::<(), BackendError>(())
+/// ```
+///
+/// [`warm_up`]: Backend::warm_up
+/// [`infer`]: Backend::infer
 pub trait Backend: Send + Sync + 'static {
     /// Reported to the LoadGen node in `SessionReply.backend`.
     fn name(&self) -> &str;

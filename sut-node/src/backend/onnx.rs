@@ -797,8 +797,7 @@ mod tests {
             Err(OnnxError::NoLibrary)
         ));
 
-        let dir = std::env::temp_dir().join(format!("sut-node-onnx-lib-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("sut-node-onnx-lib");
         let missing = dir.join("nope.so");
         let err = resolve_library(Some(&missing), Some("/elsewhere.so".into())).unwrap_err();
         assert!(err.to_string().contains("nope.so"), "{err}");
@@ -819,7 +818,6 @@ mod tests {
             resolve_library(None, Some(env.clone().into_os_string())).unwrap(),
             env
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn args(lib: Option<PathBuf>) -> OnnxOptions {
@@ -837,8 +835,7 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_onnx_runtime_is_a_clear_error() {
-        let dir = std::env::temp_dir().join(format!("sut-node-onnx-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = testkit::Scratch::new("sut-node-onnx-bad");
         let fake = dir.join("libonnxruntime.so");
         std::fs::write(&fake, b"not a shared library").unwrap();
         let err = Onnx::load(OnnxConfig {
@@ -850,6 +847,5 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains(&fake.display().to_string()), "{text}");
         assert!(text.contains("pip install onnxruntime"), "{text}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

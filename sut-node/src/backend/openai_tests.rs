@@ -276,9 +276,9 @@ fn server_errors_fail_only_their_sample() {
 
 #[test]
 fn warm_up_names_an_unreachable_server_or_an_unknown_model() {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port");
+    // A port held, on which nothing listens.
+    let closed = testkit::ClosedPort::new();
+    let addr = closed.addr();
     let err = backend(&addr.to_string(), "fake", args())
         .warm_up()
         .expect_err("unreachable")

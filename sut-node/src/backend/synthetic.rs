@@ -114,6 +114,33 @@ pub struct SyntheticConfig {
     pub seed: u64,
 }
 
+impl SyntheticConfig {
+    /// Answers sized as `benchmark`'s (the suite table's answer size and,
+    /// for an LLM, a token per 4 answer bytes) where `output_size` and
+    /// `llm_tokens` are not given; 4 bytes and no tokens without one.
+    pub fn answering(
+        benchmark: Option<&facts::benchmarks::Benchmark>,
+        output_size: Option<usize>,
+        llm_tokens: Option<u32>,
+        service_time: ServiceTime,
+        seed: u64,
+    ) -> Self {
+        let output_size = output_size
+            .or(benchmark.map(|b| b.output_bytes))
+            .unwrap_or(4);
+        let llm_tokens = llm_tokens.unwrap_or(match benchmark {
+            Some(b) if b.llm => u32::try_from(output_size / 4).unwrap_or(u32::MAX),
+            _ => 0,
+        });
+        SyntheticConfig {
+            service_time,
+            output_size,
+            llm_tokens,
+            seed,
+        }
+    }
+}
+
 /// The most of a previous batch's sleep overshoot that a back-to-back batch
 /// makes up (see `Synthetic::schedule`).
 const MAX_CATCH_UP: Duration = Duration::from_millis(1);

@@ -4,12 +4,15 @@
 //! clap's derives, so it can be driven by other front ends (tests, benches,
 //! config files).
 
+pub mod health;
 pub mod kserve;
 #[cfg(feature = "llm")]
 pub mod llm;
+pub mod logs;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod openai;
+pub mod serve;
 
 #[cfg(test)]
 mod tests;

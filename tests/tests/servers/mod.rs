@@ -1,6 +1,6 @@
 //! Real inference servers for the forwarding backends' tests: started as a
 //! process group, killed with it when dropped (also when a test fails).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -15,14 +15,6 @@ pub fn setup_var(name: &str, script: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: `source tests/backends/{script}` first (tests/backends/run.sh does)")
     })
-}
-
-/// A free TCP port on 127.0.0.1 (bound, then let go).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 pub struct InferenceServer {
@@ -48,23 +40,50 @@ impl InferenceServer {
         }
     }
 
-    /// Waits until `GET path` on `port` answers 200; panics with the
-    /// server's log if it does not within `limit`, or if the server exits.
-    pub fn wait_ready(&mut self, port: u16, path: &str, limit: Duration) {
+    /// Starts the server `command` makes for `n` ports on 127.0.0.1 (free a
+    /// moment ago; such servers must be told theirs) and waits until `GET
+    /// ready_path` on the first answers 200. Started again on fresh ports
+    /// when it exits saying that one was taken meanwhile; panics with its
+    /// log if it exits otherwise or is not ready within `limit`.
+    pub fn start_on_free_ports(
+        n: usize,
+        log: &Path,
+        ready_path: &str,
+        limit: Duration,
+        command: impl Fn(&[u16]) -> Command,
+    ) -> (InferenceServer, Vec<u16>) {
+        for _ in 0..20 {
+            let ports: Vec<u16> = (0..n).map(|_| testkit::free_tcp_port()).collect();
+            let mut server = InferenceServer::start(command(&ports), log);
+            match server.wait_ready(ports[0], ready_path, limit) {
+                Ok(()) => return (server, ports),
+                Err(said) if testkit::says_address_in_use(&said) => continue,
+                Err(said) => panic!("{said}"),
+            }
+        }
+        panic!("every set of ports tried was taken before the server could bind it (20 tries)");
+    }
+
+    /// Waits until `GET path` on `port` answers 200; the reason, with the
+    /// server's log, if it does not within `limit` or the server exits.
+    fn wait_ready(&mut self, port: u16, path: &str, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         while start.elapsed() < limit {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("the server exited ({status}):\n{}", self.log_text());
+                return Err(format!(
+                    "the server exited ({status}):\n{}",
+                    self.log_text()
+                ));
             }
             if http_status(port, path) == Some(200) {
-                return;
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        panic!(
+        Err(format!(
             "the server was not ready within {limit:?}:\n{}",
             self.log_text()
-        );
+        ))
     }
 
     pub fn log_text(&self) -> String {

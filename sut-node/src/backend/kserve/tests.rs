@@ -356,10 +356,9 @@ fn the_stream_mode_gathers_responses_and_reports_the_first_as_first_token() {
 
 #[test]
 fn warm_up_names_an_unreachable_server_or_a_missing_model() {
-    // A port nothing listens on: bound, then closed.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port");
+    // A port held, on which nothing listens.
+    let closed = testkit::ClosedPort::new();
+    let addr = closed.addr();
     let b = backend(&format!("http://{addr}"), "echo", args());
     let err = b.warm_up().expect_err("unreachable").to_string();
     assert!(

@@ -29,7 +29,6 @@ fn refuses_missing_and_unknown_models() {
     std::fs::write(&file, b"x").unwrap();
     let err = Llm::new(&file, LlmOptions::default()).err().unwrap();
     assert!(err.to_string().contains("neither"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -44,7 +43,6 @@ fn cuda_without_the_feature_is_a_clear_error() {
     };
     let err = Llm::new(&dir, args).err().unwrap().to_string();
     assert!(err.contains("--features cuda"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -59,14 +57,10 @@ fn broken_model_files_fail_the_warm_up() {
     let llm = Llm::new(&dir, LlmOptions::default()).unwrap();
     let err = llm.warm_up().unwrap_err().to_string();
     assert!(err.contains("config.json"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn temp_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sut-node-llm-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(what: &str) -> testkit::Scratch {
+    testkit::Scratch::new(&format!("sut-node-llm-{what}"))
 }
 
 /// A tiny random Llama: vocabulary 64, 2 layers, hidden 16, 4 heads of
@@ -266,7 +260,6 @@ fn runs_a_tiny_safetensors_model() {
     let dir = temp_dir("safetensors");
     tiny_safetensors(&dir);
     check_tiny_model(&dir);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -275,7 +268,6 @@ fn runs_a_tiny_gguf_model_with_tied_embeddings() {
     let path = dir.join("tiny.gguf");
     tiny_gguf(&path);
     check_tiny_model(&path);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -305,7 +297,6 @@ fn int64_ids_in_and_out_give_the_same_tokens() {
         answers.push(parse_token_ids(&answer.payload, dtype).unwrap());
     }
     assert_eq!(answers[0], answers[1]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -325,5 +316,4 @@ fn generation_stops_at_the_end_of_the_context() {
     let answer = out[0].as_ref().unwrap();
     // 30 prompt tokens leave room for at most 3 new ones.
     assert!((1..=3).contains(&answer.n_tokens), "{answer:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
