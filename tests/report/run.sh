@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The HTML report (loadgen-node --report, loadgen-node report DIR) in a real
-# headless browser, Debian's chromium (tests/tests/report.rs). Skips, saying
-# so, where chromium cannot be installed.
+# The HTML pages (loadgen-node --report, report DIR, compare --report, sweep)
+# in a real headless browser, Debian's chromium (tests/tests/report.rs).
+# Skips, saying so, where chromium cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

@@ -4,14 +4,12 @@
 //! log, the trace log when there is one, and the latency breakdown when
 //! there is one. Reads the MLPerf logs, never writes them.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 
-use crate::breakdown;
+use crate::run_dir;
 
 /// `loadgen-node report DIR`: the report of an existing output directory.
 #[derive(clap::Args, Debug, Clone)]
@@ -60,21 +58,33 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 /// breakdown in `extras`) to `out`.
 pub fn write(dir: &Path, extras: &Path, out: &Path) -> Result<()> {
     let data = gather(dir, extras)?;
+    write_page(TEMPLATE, &data, out)
+}
+
+/// Writes one of loadgen-node's HTML pages: `template` with the shared
+/// styles (`page.css`) in its `/*STYLE*/` place, the drawing helpers
+/// (`charts.js`) in its `/*CHARTS*/` script and `data` in its
+/// `/*DATA*/null` one.
+pub fn write_page(template: &str, data: &Value, out: &Path) -> Result<()> {
     // `</` may not appear inside the script element that holds the data.
-    let json = serde_json::to_string(&data)?.replace("</", "<\\/");
-    let page = TEMPLATE.replace("/*DATA*/null", &json);
+    let json = serde_json::to_string(data)?.replace("</", "<\\/");
+    let page = template
+        .replace("/*STYLE*/", STYLE)
+        .replace("/*CHARTS*/", CHARTS)
+        .replace("/*DATA*/null", &json);
     std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))
 }
 
 const TEMPLATE: &str = include_str!("report.html");
+const CHARTS: &str = include_str!("charts.js");
+const STYLE: &str = include_str!("page.css");
 
 /// Points of the latency CDF and bins of the timeline.
 const CDF_POINTS: usize = 200;
 const TIME_BINS: usize = 120;
 
 fn gather(dir: &Path, extras: &Path) -> Result<Value> {
-    let detail_path = dir.join("mlperf_log_detail.txt");
-    let detail = read_detail(&detail_path)?;
+    let detail = run_dir::read_detail(&dir.join(run_dir::DETAIL))?;
     let get = |k: &str| detail.get(k).cloned().unwrap_or(Value::Null);
     let mut percentiles: Vec<(f64, Value)> = detail
         .iter()
@@ -101,13 +111,8 @@ fn gather(dir: &Path, extras: &Path) -> Result<Value> {
         .filter(|(k, _)| k.starts_with("result_") && !k.ends_with("_percentile_latency_ns"))
         .map(|(k, v)| (k["result_".len()..].to_string(), v.clone()))
         .collect();
-    let breakdown_path = extras.join(breakdown::FILE);
-    let breakdown = match std::fs::read_to_string(&breakdown_path) {
-        Ok(text) => serde_json::from_str::<Value>(&text)
-            .with_context(|| format!("{}: not valid JSON", breakdown_path.display()))?,
-        Err(_) => Value::Null,
-    };
-    let trace_path = dir.join("mlperf_log_trace.json");
+    let breakdown = run_dir::read_breakdown(extras)?.unwrap_or(Value::Null);
+    let trace_path = dir.join(run_dir::TRACE);
     let trace = match trace_path.exists() {
         true => trace_figures(&trace_path)?,
         false => Value::Null,
@@ -129,53 +134,14 @@ fn gather(dir: &Path, extras: &Path) -> Result<Value> {
     }))
 }
 
-/// The detail log's values by key (the last of a key wins: results come
-/// after the settings they replace).
-fn read_detail(path: &Path) -> Result<BTreeMap<String, Value>> {
-    let file = std::fs::File::open(path).with_context(|| {
-        format!(
-            "cannot read {} (is this an output directory?)",
-            path.display()
-        )
-    })?;
-    let mut out = BTreeMap::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: line {}", path.display(), n + 1))?;
-        let Some(record) = line.strip_prefix(":::MLLOG ") else {
-            continue;
-        };
-        let v: Value = serde_json::from_str(record)
-            .with_context(|| format!("{}: line {}: not a log record", path.display(), n + 1))?;
-        if let Some(k) = v["key"].as_str() {
-            out.insert(k.to_string(), v["value"].clone());
-        }
-    }
-    if out.is_empty() {
-        bail!("{}: no log records", path.display());
-    }
-    Ok(out)
-}
-
 /// From the trace's sample events (scheduled time in µs, latency in ns):
 /// the latency CDF and the timeline of the samples in it.
 fn trace_figures(path: &Path) -> Result<Value> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     // (scheduled µs, latency ns) of every sample.
-    let mut samples: Vec<(f64, f64)> = Vec::new();
-    for line in BufReader::new(file).lines() {
-        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
-        if !line.contains("\"name\":\"Sample\"") || !line.contains("\"ph\":\"b\"") {
-            continue;
-        }
-        let line = line.trim_end().trim_end_matches(',');
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if let (Some(ts), Some(lat)) = (v["ts"].as_f64(), v["args"]["complete_ns"].as_f64()) {
-            samples.push((ts, lat));
-        }
-    }
+    let samples: Vec<(f64, f64)> = run_dir::trace_samples(path)?
+        .into_iter()
+        .map(|t| (t.ts_us, t.latency_ns))
+        .collect();
     if samples.is_empty() {
         return Ok(Value::Null);
     }
@@ -232,18 +198,13 @@ fn trace_figures(path: &Path) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn official_run(case: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../engine/tests/data/conformance")
-            .join(case)
-    }
+    use crate::run_dir::conformance_run;
 
     #[test]
     fn reads_an_official_loadgen_directory_without_trace_or_breakdown() {
         // The official LoadGen's own Server run (its trace is compressed
         // there, so the report falls back on the detail log).
-        let run = official_run("server_perf_qps1000");
+        let run = conformance_run("server_perf_qps1000");
         let d = gather(&run, &run).unwrap();
         assert_eq!(d["scenario"], "Server");
         assert!(d["validity"].is_string(), "{}", d["validity"]);

@@ -6,8 +6,10 @@
 //! and reported by `observe`. Around it: the Query Sample Library that holds
 //! the data (`qsl`), the built-in benchmark table, the live progress line,
 //! the commands besides a single run (`audit`, `submission`, `preflight`,
-//! `report`, `check-synthetic`, `suite`) and the exit statuses they share
-//! (`exit`).
+//! `report`, `compare`, `sweep`, `check-synthetic`, `suite`) and the exit
+//! statuses they share (`exit`). `run_dir` reads a finished run's outputs
+//! back for those that look at runs (`report`, `compare`, `sweep`), and
+//! `intervals` holds compare's statistics.
 
 // Only the FFI to the official LoadGen needs unsafe code.
 #![deny(unsafe_code)]
@@ -17,10 +19,12 @@ pub mod audit;
 pub mod benchmarks;
 pub mod breakdown;
 pub mod budget;
+pub mod compare;
 pub mod compliance;
 pub mod engines;
 pub mod exit;
 pub mod html_report;
+pub mod intervals;
 pub mod metrics;
 mod native;
 pub mod npy;
@@ -33,8 +37,10 @@ pub mod plan;
 pub mod preflight;
 pub mod progress;
 pub mod qsl;
+pub mod run_dir;
 pub mod submission;
 pub mod suite;
+pub mod sweep;
 mod system;
 pub mod tls;
 pub mod verify;

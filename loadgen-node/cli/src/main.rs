@@ -9,12 +9,14 @@ use std::process::ExitCode;
 use clap::Parser;
 use loadgen_cli::args::RunArgs;
 use loadgen_cli::audit::{audit, AuditArgs};
+use loadgen_cli::compare::CompareArgs;
 use loadgen_cli::engines::run;
 use loadgen_cli::exit::Exit;
 use loadgen_cli::html_report::ReportArgs;
 use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::submission::{submission, SubmissionArgs};
 use loadgen_cli::suite::SuiteArgs;
+use loadgen_cli::sweep::SweepArgs;
 use loadgen_cli::verify::{check_synthetic, CheckSyntheticArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
@@ -49,6 +51,26 @@ enum Command {
     /// Write the HTML report of an existing output directory (either
     /// engine's, or the official LoadGen's).
     Report(ReportArgs),
+    /// Compare runs: did it get worse?
+    ///
+    /// `compare BASE... -- NEW...`: output directories of the same test on
+    /// each side (either engine, or the official LoadGen by any harness).
+    /// Prints the scenario's metrics with the change and its 95 % interval
+    /// (from repeated runs, or from each run's per-sample latencies), a
+    /// verdict (improved, regressed, within noise) and the nodes'
+    /// breakdowns. Refuses runs of other settings unless --force. Exit
+    /// status 7 with --fail-on-regression PCT when a judged metric is worse
+    /// by more than PCT beyond its interval.
+    Compare(CompareArgs),
+    /// The latency–throughput curve: Server runs at a series of target QPS.
+    ///
+    /// Each point a native-engine run of the run flags in DIR/qps-T
+    /// (--output-dir DIR): the --qps listed, or bracketing from --start until
+    /// INVALID, then bisecting to --precision. Prints the curve (the judged
+    /// percentile, p50, p99.9, per node), the highest VALID target and
+    /// where the time went there; writes mlperf_net_sweep.json and an HTML
+    /// plot. Points already in DIR are kept, so it resumes.
+    Sweep(Box<SweepArgs>),
     /// Run and verify a compliance audit (TEST01, TEST04, TEST06).
     ///
     /// Runs the audit with the run flags, and the reference runs it needs
@@ -113,6 +135,8 @@ fn main() -> ExitCode {
             Ok(Exit::Done)
         }
         Some(Command::Report(args)) => loadgen_cli::html_report::run(args).map(|()| Exit::Done),
+        Some(Command::Compare(args)) => loadgen_cli::compare::run(args),
+        Some(Command::Sweep(args)) => loadgen_cli::sweep::run(args),
         None => run(&cli.run),
     };
     match result {

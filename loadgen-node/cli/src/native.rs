@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use loadgen_engine::latency_file::{self, LatencyFileSettings};
 use loadgen_engine::live::LiveStats;
 use loadgen_engine::null_sut::{NullAnswer, NullSut};
 use loadgen_engine::runner::{start_test_with_live, LogSettings, TestOutcome};
@@ -41,6 +42,7 @@ pub(crate) fn run(plan: &RunPlan) -> Result<Exit> {
         outdir: plan.output.dir.clone(),
         enable_trace: plan.output.trace,
         reserve: Some(extras.join(RESERVE_FILE)),
+        latency_file: latency_file_settings(plan),
         ..LogSettings::default()
     };
     let outcome = {
@@ -63,12 +65,25 @@ pub(crate) fn run(plan: &RunPlan) -> Result<Exit> {
     observers.finish(plan, view.as_ref(), outcome.run_error.is_some())
 }
 
+/// Each sample's latency goes to a side file in the extras directory (made
+/// before the run, for the reserve too), for `loadgen-node compare` (never
+/// into the MLPerf logs).
+fn latency_file_settings(plan: &RunPlan) -> Option<LatencyFileSettings> {
+    Some(LatencyFileSettings {
+        path: plan.output.extras.join(latency_file::FILE),
+        benchmark: plan.test.model.clone(),
+    })
+}
+
 fn print_outcome(outcome: &TestOutcome) {
     if let Some(p) = &outcome.performance {
         print!("{}", p.summary);
     }
     if let Some(e) = &outcome.run_error {
         eprintln!("loadgen-node: the run failed: {e}");
+    }
+    if let Some(e) = &outcome.latency_file_error {
+        eprintln!("loadgen-node: warning: the per-sample latencies are incomplete: {e}");
     }
     println!(
         "\n{} warning(s), {} error(s); {} accuracy-log entries. Logs: {}",

@@ -7,7 +7,7 @@
 //! | variable                   | default            | meaning                                   |
 //! |----------------------------|--------------------|-------------------------------------------|
 //! | `BENCH_QUICK=1`            | off                | shorter runs everywhere (about a minute)  |
-//! | `BENCH_ONLY`               | all                | comma list: offline,server,singlestream,memory |
+//! | `BENCH_ONLY`               | all                | comma list: offline,server,singlestream,memory,sidefile |
 //! | `BENCH_OFFLINE_QPS`        | 4000000 (1000000)  | Offline expected QPS (1 s run)            |
 //! | `BENCH_REPEAT`             | 3 (1)              | Offline and SingleStream runs; best kept  |
 //! | `BENCH_SERVER_RUN_MS`      | 1000 (500)         | duration of each Server probe             |
@@ -21,6 +21,13 @@
 //! | `BENCH_SKIP_OFFICIAL=1`    | off                | our figures only                          |
 //! | `LOADGEN_NODE_BIN`         | built by the bench | the `loadgen-node` binary for peak RSS    |
 //! | `BENCH_KEEP_LOGS=1`        | off                | keep the MLPerf logs and print where      |
+//! | `BENCH_SIDE_ROUNDS`        | 5 (3)              | rounds of the side-file section           |
+//!
+//! The `sidefile` section runs our engine alone, with and without the
+//! per-sample latency side file (`mlperf_net_latencies.bin`, written by the
+//! aggregator thread), alternating which goes first in each round: Offline
+//! samples/s, SingleStream µs/query and the Server peak, medians and the
+//! ratio with the file to without. It is in the default `BENCH_ONLY` list.
 //!
 //! Values in parentheses are the `BENCH_QUICK=1` defaults.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failed step ends it, saying which
@@ -37,6 +44,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use loadgen_engine::latency_file::{self, LatencyFileSettings};
 use loadgen_engine::null_sut::{NullSut, SizedQsl};
 use loadgen_engine::runner::{start_test, LogSettings};
 use loadgen_engine::{Scenario, TestMode, TestSettings};
@@ -117,6 +125,9 @@ fn main() -> Result<()> {
     if cfg.wants("singlestream") {
         rows.push(single_stream(&cfg, &engines, &work));
     }
+    if cfg.wants("sidefile") {
+        side_file_cost(&cfg, &work);
+    }
     let mut ours_rss_mib = None;
     if cfg.wants("memory") {
         let row = memory(&cfg, &engines, &work);
@@ -159,6 +170,7 @@ struct Config {
     skip_official: bool,
     node_bin: Option<PathBuf>,
     keep_logs: bool,
+    side_rounds: u32,
 }
 
 impl Config {
@@ -183,6 +195,7 @@ impl Config {
             skip_official: flag("BENCH_SKIP_OFFICIAL"),
             node_bin: std::env::var_os("LOADGEN_NODE_BIN").map(PathBuf::from),
             keep_logs: flag("BENCH_KEEP_LOGS"),
+            side_rounds: env_or("BENCH_SIDE_ROUNDS", pick(quick, 5, 3))?,
         })
     }
 
@@ -380,11 +393,20 @@ impl Engine {
 
     /// One performance run; returns its detail log.
     fn run(&self, spec: &Spec, dir: &Path) -> Result<Detail> {
+        self.run_with(spec, dir, false)
+    }
+
+    /// One performance run, ours with the latency side file when `side`.
+    fn run_with(&self, spec: &Spec, dir: &Path, side: bool) -> Result<Detail> {
         match self {
             Engine::Ours => {
                 let log = LogSettings {
                     outdir: dir.to_path_buf(),
                     enable_trace: false,
+                    latency_file: side.then(|| LatencyFileSettings {
+                        path: dir.join(latency_file::FILE),
+                        benchmark: "bench".into(),
+                    }),
                     ..LogSettings::default()
                 };
                 let sut = NullSut::default();
@@ -529,6 +551,112 @@ fn server_peak(cfg: &Config, engines: &[Engine], work: &Workdir) -> Row {
         row.set(engine, value.flatten());
     }
     row
+}
+
+/// What the latency side file costs the timed path: our engine with and
+/// without it, side by side, each round alternating which runs first.
+fn side_file_cost(cfg: &Config, work: &Workdir) {
+    let ours = Engine::Ours;
+    let rounds = cfg.side_rounds.max(1);
+    eprintln!("Side file: our engine without and with mlperf_net_latencies.bin, {rounds} rounds");
+    let offline = Spec {
+        min_duration_ms: 1000,
+        min_query_count: 1,
+        offline_expected_qps: cfg.offline_qps,
+        ..Spec::new(Scenario::Offline)
+    };
+    let single = Spec {
+        min_duration_ms: 0,
+        min_query_count: cfg.ss_queries,
+        ..Spec::new(Scenario::SingleStream)
+    };
+    // (label, higher is better, one measurement with the file or without).
+    type Measure<'a> = Box<dyn Fn(bool) -> Result<f64> + 'a>;
+    let measures: Vec<(&str, bool, Measure)> = vec![
+        (
+            "Offline samples/s",
+            true,
+            Box::new(|side| {
+                let d = ours.run_with(&offline, &work.dir(&ours, "side-offline")?, side)?;
+                d.number("result_samples_per_second")
+            }),
+        ),
+        (
+            "SingleStream µs/query",
+            false,
+            Box::new(|side| {
+                let d = ours.run_with(&single, &work.dir(&ours, "side-ss")?, side)?;
+                Ok(1e6 / d.number("result_qps_with_loadgen_overhead")?)
+            }),
+        ),
+        (
+            "Server peak VALID QPS",
+            true,
+            Box::new(|side| {
+                let probe = |qps: f64| -> Result<bool> {
+                    let spec = Spec {
+                        min_duration_ms: cfg.server_run_ms,
+                        server_target_qps: qps,
+                        server_target_latency_ns: cfg.server_latency_ns,
+                        ..Spec::new(Scenario::Server)
+                    };
+                    let d = ours.run_with(&spec, &work.dir(&ours, "side-server")?, side)?;
+                    Ok(d.text("result_validity")? == "VALID")
+                };
+                peak_valid_qps(probe, cfg.server_start_qps, cfg.server_tolerance)?
+                    .context("no VALID Server target")
+            }),
+        ),
+    ];
+    println!("side file cost (medians of {rounds} rounds; ratio: with / without)");
+    let show = |v: f64| match v < 100.0 {
+        true => format!("{v:.3}"),
+        false => group(v),
+    };
+    for (label, higher, measure) in &measures {
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            for side in [round % 2 == 1, round % 2 == 0] {
+                match measure(side) {
+                    Ok(v) => {
+                        eprintln!(
+                            "  {label:<24} round {} {:<8} {}",
+                            round + 1,
+                            if side { "with" } else { "without" },
+                            show(v)
+                        );
+                        if side {
+                            on.push(v)
+                        } else {
+                            off.push(v)
+                        }
+                    }
+                    Err(e) => eprintln!("  {label}: {e:#}"),
+                }
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        if let (Some(a), Some(b)) = (median(&mut off), median(&mut on)) {
+            let better = if *higher { b / a } else { a / b };
+            println!(
+                "  {label:<24} without {:>12}  with {:>12}  ratio {:.3} ({} is better)",
+                show(a),
+                show(b),
+                b / a,
+                if (better - 1.0).abs() < 0.01 {
+                    "neither, within 1 %".to_string()
+                } else if better > 1.0 {
+                    "with".into()
+                } else {
+                    "without".into()
+                }
+            );
+        }
+    }
+    println!();
 }
 
 /// The best value of `repeat` runs, which filters out runs slowed down by

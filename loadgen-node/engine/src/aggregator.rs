@@ -1,5 +1,6 @@
 //! The completion-processing thread: turns completion records into latency
-//! statistics, accuracy-log entries and trace events, off the timed path.
+//! statistics, accuracy-log entries, trace events and the per-sample side
+//! file, off the timed path.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -7,8 +8,10 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
 
 use crate::accuracy_log::{AccuracyEntry, AccuracyLog};
 use crate::disk::Disk;
+use crate::latency_file::{LatencyWriter, SampleRecord, SeriesKind};
 use crate::live::{LiveStats, PERCENTILE_EVERY_NS};
 use crate::sample::QuerySampleIndex;
+use crate::settings::Scenario;
 use crate::stats::LatencyHistogram;
 use crate::trace_log::{SampleSpan, TraceLog};
 
@@ -129,6 +132,11 @@ pub(crate) enum Control {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SeriesConfig {
+    /// What the series is for and how it is shaped (the side file's series
+    /// header).
+    pub kind: SeriesKind,
+    pub scenario: Scenario,
+    pub samples_per_query: u64,
     /// MultiStream: samples per query, to compute query latencies.
     pub multi_stream_spq: Option<u64>,
     pub use_tokens: bool,
@@ -179,13 +187,15 @@ impl SeriesData {
     }
 }
 
-/// What the aggregator hands back at the end: its logs, to be closed, and
-/// the first write that failed, on which log.
-pub(crate) type Closing<A, T> = (
-    AccuracyLog<A>,
-    Option<TraceLog<T>>,
-    Option<(LogKind, io::Error)>,
-);
+/// What the aggregator hands back when the test ends.
+pub(crate) struct Finished<A: Write, T: Write> {
+    pub accuracy: AccuracyLog<A>,
+    pub trace: Option<TraceLog<T>>,
+    /// The first write error of the accuracy log or the trace, and on which.
+    pub io_error: Option<(LogKind, io::Error)>,
+    /// The side file's first write error: the run and its logs stand.
+    pub latency_file_error: Option<io::Error>,
+}
 
 /// Which of the aggregator's logs a write failed on.
 #[derive(Clone, Copy, Debug)]
@@ -197,6 +207,8 @@ pub(crate) enum LogKind {
 pub(crate) struct Aggregator<A: Write, T: Write> {
     pub accuracy: AccuracyLog<A>,
     pub trace: Option<TraceLog<T>>,
+    /// Each sample's latency, where the harness asked for the side file.
+    latencies: Option<LatencyWriter>,
     cfg: SeriesConfig,
     data: SeriesData,
     /// MultiStream queries in flight: query seq -> (samples seen, max latency).
@@ -217,13 +229,18 @@ impl<A: Write, T: Write> Aggregator<A, T> {
     pub(crate) fn new(
         accuracy: AccuracyLog<A>,
         trace: Option<TraceLog<T>>,
+        latencies: Option<LatencyWriter>,
         live: Arc<LiveStats>,
         disk: Arc<Disk>,
     ) -> Self {
         Self {
             accuracy,
             trace,
+            latencies,
             cfg: SeriesConfig {
+                kind: SeriesKind::Performance,
+                scenario: Scenario::SingleStream,
+                samples_per_query: 1,
                 multi_stream_spq: None,
                 use_tokens: false,
                 first_token_expected: false,
@@ -242,9 +259,9 @@ impl<A: Write, T: Write> Aggregator<A, T> {
         }
     }
 
-    /// Processes events until `Finish`; returns the logs to be closed and the
-    /// first write error, if any.
-    pub(crate) fn run(mut self, events: mpsc::Receiver<Event>) -> Closing<A, T> {
+    /// Processes events until `Finish`; returns the logs to be closed, the
+    /// first write error of the logs, if any, and the side file's.
+    pub(crate) fn run(mut self, events: mpsc::Receiver<Event>) -> Finished<A, T> {
         while let Ok(ev) = events.recv() {
             match ev {
                 Event::Completed(batch) => {
@@ -265,6 +282,14 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                 Event::Error(msg) => self.data.errors.push(msg),
                 Event::Control(Control::BeginSeries(cfg)) => {
                     self.cfg = cfg;
+                    if let Some(w) = self.latencies.as_mut() {
+                        w.begin_series(
+                            cfg.kind,
+                            cfg.scenario,
+                            cfg.samples_per_query,
+                            cfg.first_token_expected,
+                        );
+                    }
                     self.data = SeriesData::new(cfg.latency_bounds);
                     self.ms_queries.clear();
                     self.live_refreshed_ns = 0;
@@ -294,7 +319,12 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                 Event::Control(Control::Finish) => break,
             }
         }
-        (self.accuracy, self.trace, self.io_error)
+        Finished {
+            latency_file_error: self.latencies.and_then(LatencyWriter::finish),
+            accuracy: self.accuracy,
+            trace: self.trace,
+            io_error: self.io_error,
+        }
     }
 
     fn refresh_live(&mut self) {
@@ -347,6 +377,16 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                 self.ms_queries.remove(&c.query_seq);
                 d.query_latencies.record(max);
             }
+        }
+
+        if let Some(w) = self.latencies.as_mut() {
+            w.sample(&SampleRecord {
+                scheduled_ns: c.scheduled_ns,
+                latency_ns: latency,
+                query_seq: c.query_seq,
+                first_token_ns: c.first_token_ns.map(|ft| ft - c.scheduled_ns),
+                n_tokens: c.n_tokens,
+            });
         }
 
         let mut n_tokens = c.n_tokens;

@@ -64,6 +64,7 @@ mod effective;
 mod escape;
 pub mod footprint;
 mod issue;
+pub mod latency_file;
 pub mod live;
 mod loadable;
 pub mod null_sut;

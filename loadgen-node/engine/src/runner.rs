@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::accuracy_log::AccuracyLog;
 use crate::aggregator::{
-    Aggregator, Control, Event, LatencyBounds, LogKind, SeriesConfig, SeriesData,
+    Aggregator, Control, Event, Finished, LatencyBounds, LogKind, SeriesConfig, SeriesData,
 };
 use crate::clock::{self, Clock, MonoClock};
 use crate::completion::{Completer, Ring};
@@ -25,6 +25,7 @@ use crate::detail::{here, DetailLog, Location, LogValue};
 use crate::disk::{Disk, LogFile, Reserve};
 use crate::escape::json_escaped;
 use crate::issue::{Issued, Issuer};
+use crate::latency_file::{LatencyFileSettings, LatencyWriter, SeriesKind};
 use crate::live::LiveStats;
 use crate::loadable::{generate_loadable_sets, LoadableSet};
 use crate::number_format::fixed6;
@@ -58,6 +59,9 @@ pub struct LogSettings {
     /// `None`: no reserve (the test still ends at once, and its logs stop
     /// where the disk filled).
     pub reserve: Option<PathBuf>,
+    /// Write each sample's latency to this side file (not one of the MLPerf
+    /// logs; see [`crate::latency_file`]).
+    pub latency_file: Option<LatencyFileSettings>,
 }
 
 impl Default for LogSettings {
@@ -69,6 +73,7 @@ impl Default for LogSettings {
             prefix_with_datetime: false,
             enable_trace: true,
             reserve: None,
+            latency_file: None,
         }
     }
 }
@@ -101,6 +106,9 @@ pub struct TestOutcome {
     pub detail_path: PathBuf,
     /// Path of the accuracy log.
     pub accuracy_path: PathBuf,
+    /// Why the latency side file could not be written, when it was asked
+    /// for and failed (the run and its logs stand).
+    pub latency_file_error: Option<String>,
 }
 
 /// The result of the performance run.
@@ -225,12 +233,26 @@ pub fn start_test_with_clock(
     } else {
         None
     };
+    let mut latency_file_error = None;
+    let latencies =
+        log_settings
+            .latency_file
+            .as_ref()
+            .and_then(|f| match LatencyWriter::create(f) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    latency_file_error = Some(format!("cannot create {}: {e}", f.path.display()));
+                    None
+                }
+            });
     let (tx, rx) = mpsc::channel::<Event>();
     let aggregator_live = live.clone();
     let aggregator_disk = disk.clone();
     let aggregator = thread::Builder::new()
         .name("loadgen-completions".into())
-        .spawn(move || Aggregator::new(accuracy, trace, aggregator_live, aggregator_disk).run(rx))
+        .spawn(move || {
+            Aggregator::new(accuracy, trace, latencies, aggregator_live, aggregator_disk).run(rx)
+        })
         .map_err(|e| RunError::Aggregator(e.to_string()))?;
 
     let mut test = Test {
@@ -264,9 +286,17 @@ pub fn start_test_with_clock(
         .map_err(io_err(&summary_path));
     let detail_written = test.detail.flush().map_err(io_err(&detail_path));
     let _ = test.events.send(Event::Control(Control::Finish));
-    let (accuracy, trace, agg_io) = aggregator
+    let Finished {
+        accuracy,
+        trace,
+        io_error: agg_io,
+        latency_file_error: latency_io,
+    } = aggregator
         .join()
         .map_err(|_| RunError::Aggregator("it panicked".into()))?;
+    if let (Some(e), Some(f)) = (latency_io, &log_settings.latency_file) {
+        latency_file_error.get_or_insert(format!("cannot write {}: {e}", f.path.display()));
+    }
     let accuracy_entries = accuracy.entries();
     let closed = [
         accuracy.finish().map(drop).map_err(io_err(&accuracy_path)),
@@ -303,6 +333,7 @@ pub fn start_test_with_clock(
         summary_path,
         detail_path,
         accuracy_path,
+        latency_file_error,
     })
 }
 
@@ -760,6 +791,7 @@ impl<'a> Test<'a> {
         completer.send(Event::Control(Control::BeginSeries(series_config(
             eff,
             plan.samples_per_query,
+            kind,
         ))));
 
         let issued = Issuer {
@@ -887,10 +919,16 @@ impl<'a> Test<'a> {
 }
 
 /// What the aggregator needs to know about a series before it starts.
-fn series_config(eff: &EffectiveSettings, samples_per_query: u64) -> SeriesConfig {
+fn series_config(eff: &EffectiveSettings, samples_per_query: u64, kind: RunKind) -> SeriesConfig {
     let scenario = eff.scenario;
     let use_tokens = eff.use_token_latencies;
     SeriesConfig {
+        kind: match kind {
+            RunKind::Accuracy => SeriesKind::Accuracy,
+            RunKind::Performance => SeriesKind::Performance,
+        },
+        scenario,
+        samples_per_query,
         multi_stream_spq: (scenario == Scenario::MultiStream).then_some(samples_per_query),
         use_tokens,
         first_token_expected: use_tokens && scenario != Scenario::Offline,

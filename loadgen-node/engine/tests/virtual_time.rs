@@ -574,3 +574,98 @@ fn single_stream_early_stopping_needs_enough_queries_and_estimates_conservativel
         }
     }
 }
+
+#[test]
+fn the_latency_side_file_holds_every_sample_of_each_series_and_no_log_changes() {
+    use loadgen_engine::latency_file::{self, LatencyFileSettings, SeriesKind};
+    // SubmissionRun: an accuracy series, then the performance one; a queue
+    // whose latencies the side file must give back exactly.
+    let s = TestSettings {
+        mode: TestMode::SubmissionRun,
+        server_target_qps: 500.0,
+        server_target_latency_ns: 50_000_000,
+        min_duration_ms: 1_000,
+        ..settings(Scenario::Server)
+    };
+    let plain_dir = {
+        let clock = Arc::new(VirtualClock::new());
+        run(
+            &SimSut::new(&clock, Model::Queue(1_500_000)),
+            &s,
+            "side-off",
+        )
+        .1
+    };
+    let dir = testkit::Scratch::new("loadgen-virtual-side");
+    let side = dir.join(latency_file::FILE);
+    let log = LogSettings {
+        outdir: dir.to_path_buf(),
+        enable_trace: false,
+        latency_file: Some(LatencyFileSettings {
+            path: side.clone(),
+            benchmark: "resnet50".into(),
+        }),
+        ..LogSettings::default()
+    };
+    let clock = Arc::new(VirtualClock::new());
+    let sut = SimSut::new(&clock, Model::Queue(1_500_000));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let live = Arc::new(LiveStats::default());
+    let outcome = start_test_with_clock(
+        &sut,
+        &SizedQsl::new(1024, 1024),
+        &s,
+        &log,
+        None,
+        live,
+        dyn_clock,
+    )
+    .expect("the test runs");
+    assert_eq!(outcome.latency_file_error, None);
+
+    let f = latency_file::read(&side).expect("the side file reads back");
+    assert_eq!(f.benchmark, "resnet50");
+    assert_eq!(f.series.len(), 2);
+    assert_eq!(f.series[0].kind, SeriesKind::Accuracy);
+    assert_eq!(f.series[0].samples.len(), 1024);
+    let perf = f.performance().expect("a performance series");
+    assert_eq!(perf.scenario, Scenario::Server);
+    assert_eq!(perf.samples.len() as i64, int(&dir, "result_query_count"));
+    let mut lat: Vec<i64> = perf.samples.iter().map(|r| r.latency_ns).collect();
+    lat.sort_unstable();
+    assert_eq!(lat[0], int(&dir, "result_min_latency_ns"));
+    assert_eq!(*lat.last().unwrap(), int(&dir, "result_max_latency_ns"));
+    // The logged percentile is the histogram's: at most 2^-16 below.
+    let p99 = lat[(lat.len() as f64 * 0.99).ceil() as usize - 1];
+    let logged = int(&dir, "result_99.00_percentile_latency_ns");
+    assert!(logged <= p99 && p99 - logged <= p99 >> 16, "{logged} {p99}");
+
+    // The four MLPerf logs hold the same records with the side file or without.
+    let records = |d: &Path| -> Vec<(Value, Value)> {
+        detail(d)
+            .into_iter()
+            .filter(|r| {
+                r["key"] != "test_datetime" && !r["key"].as_str().unwrap().starts_with("power_")
+            })
+            .map(|r| (r["key"].clone(), r["value"].clone()))
+            .collect()
+    };
+    assert_eq!(records(&dir), records(&plain_dir));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "mlperf_log_accuracy.json",
+            "mlperf_log_detail.txt",
+            "mlperf_log_summary.txt",
+            "mlperf_log_trace.json",
+            latency_file::FILE
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&plain_dir);
+}
