@@ -666,6 +666,5 @@ fn the_latency_side_file_holds_every_sample_of_each_series_and_no_log_changes() 
             latency_file::FILE
         ]
     );
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&plain_dir);
 }
