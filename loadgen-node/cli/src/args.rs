@@ -185,10 +185,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub sut_file: Option<PathBuf>,
 
-    /// Benchmark model name, as mlperf.conf's keys name it (resnet50, bert,
+    /// The benchmark, as mlperf.conf's keys name it (resnet50, bert,
     /// llama3_1-8b, wan-2.2-t2v-a14b...) or as it is usually spelled
-    /// (llama3.1-8b); `loadgen-node suite` lists them.
-    #[arg(long, default_value = "resnet50")]
+    /// (llama3.1-8b); `loadgen-node suite` lists them. (--model is its
+    /// former name.)
+    #[arg(
+        long = "benchmark",
+        visible_alias = "model",
+        value_name = "NAME",
+        default_value = "resnet50"
+    )]
     pub model: String,
 
     /// SingleStream, MultiStream, Server or Offline.

@@ -116,7 +116,7 @@ pub enum OnnxError {
     NoLibrary,
     #[error("ONNX Runtime library {}: {reason}; {INSTALL_HINT}", path.display())]
     Library { path: PathBuf, reason: String },
-    #[error("--backend onnx needs --model FILE.onnx")]
+    #[error("--backend onnx needs --model-path FILE.onnx")]
     NoModel,
     #[error("model {}: {reason}", path.display())]
     Model { path: PathBuf, reason: String },

@@ -42,7 +42,7 @@ pub enum BackendSpec {
     #[cfg(feature = "llm")]
     Llm {
         /// A `.gguf` file or a directory of safetensors.
-        model: Option<PathBuf>,
+        model_path: Option<PathBuf>,
         /// The backend's own options.
         options: LlmOptions,
     },
@@ -50,7 +50,7 @@ pub enum BackendSpec {
     #[cfg(feature = "onnx")]
     Onnx {
         /// The `.onnx` file.
-        model: Option<PathBuf>,
+        model_path: Option<PathBuf>,
         /// The backend's own options.
         options: OnnxOptions,
         /// The largest batch the node runs (the model's batch dimension).
@@ -78,7 +78,7 @@ pub enum BuildError {
     #[error(transparent)]
     Onnx(#[from] OnnxError),
     /// An in-process backend given no model.
-    #[error("--backend {0} needs --model")]
+    #[error("--backend {0} needs --model-path")]
     NoModel(&'static str),
     /// The backend's cargo feature is off in this build.
     #[error(
@@ -104,17 +104,20 @@ pub fn build(spec: BackendSpec) -> Result<Arc<dyn Backend>, BuildError> {
             options,
         } => Arc::new(Openai::new(server_url, model_name, options)?),
         #[cfg(feature = "llm")]
-        BackendSpec::Llm { model, options } => {
-            let model = model.ok_or(BuildError::NoModel("llm"))?;
+        BackendSpec::Llm {
+            model_path,
+            options,
+        } => {
+            let model = model_path.ok_or(BuildError::NoModel("llm"))?;
             Arc::new(Llm::new(&model, options)?)
         }
         #[cfg(feature = "onnx")]
         BackendSpec::Onnx {
-            model,
+            model_path,
             options,
             max_batch_size,
         } => Arc::new(Onnx::load(OnnxConfig {
-            model: model.ok_or(OnnxError::NoModel)?,
+            model: model_path.ok_or(OnnxError::NoModel)?,
             options,
             max_batch_size,
         })?),

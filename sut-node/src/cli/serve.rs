@@ -83,15 +83,21 @@ pub struct ServeArgs {
     backend: BackendKind,
 
     /// The MLPerf benchmark this node serves (e.g. resnet50, as loadgen-node
-    /// --model names it); sessions for another benchmark are refused. Empty:
+    /// --benchmark names it); sessions for another benchmark are refused. Empty:
     /// accept any.
     #[arg(long, value_name = "NAME", default_value = "")]
     benchmark: String,
 
     /// In-process backends: the model to load (onnx: FILE.onnx; llm:
-    /// FILE.gguf or a directory of safetensors).
-    #[arg(long, value_name = "PATH", help_heading = "Model backends")]
-    model: Option<PathBuf>,
+    /// FILE.gguf or a directory of safetensors). The benchmark it answers is
+    /// --benchmark.
+    #[arg(
+        long,
+        visible_alias = "model",
+        value_name = "PATH",
+        help_heading = "Model backends"
+    )]
+    model_path: Option<PathBuf>,
 
     /// Forwarders: the inference server to forward every sample to (kserve:
     /// its gRPC endpoint, e.g. http://host:8001; openai: its base URL, e.g.
@@ -288,10 +294,10 @@ pub enum BackendKind {
     /// Forward to an OpenAI-compatible server (/v1/completions, streamed);
     /// see --server-url, --model-name and the OpenAI backend options.
     Openai,
-    /// A Llama-family LLM run by candle (--model FILE.gguf or a safetensors
+    /// A Llama-family LLM run by candle (--model-path FILE.gguf or a safetensors
     /// directory); see the LLM backend options. Needs the `llm` feature.
     Llm,
-    /// ONNX Runtime in process: --model FILE.onnx; see the ONNX backend
+    /// ONNX Runtime in process: --model-path FILE.onnx; see the ONNX backend
     /// options. Needs the `onnx` feature.
     Onnx,
 }
@@ -371,14 +377,14 @@ impl ServeArgs {
             },
             #[cfg(feature = "llm")]
             BackendKind::Llm => BackendSpec::Llm {
-                model: self.model.clone(),
+                model_path: self.model_path.clone(),
                 options: self.llm.clone().into(),
             },
             #[cfg(not(feature = "llm"))]
             BackendKind::Llm => BackendSpec::NotBuilt("llm"),
             #[cfg(feature = "onnx")]
             BackendKind::Onnx => BackendSpec::Onnx {
-                model: self.model.clone(),
+                model_path: self.model_path.clone(),
                 options: self.onnx.clone().into(),
                 max_batch_size: self.max_batch_size as usize,
             },
