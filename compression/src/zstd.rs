@@ -15,9 +15,9 @@ use ::zstd::zstd_safe::{self, CCtx, CParameter, DCtx, InBuffer, OutBuffer, Reset
 
 use crate::{CodecError, CodecKind, SampleCodec};
 
-/// Lowest and highest levels accepted (`zstd:1` is the fastest, `zstd:22`
-/// the smallest).
+/// Lowest level accepted: `zstd:1`, the fastest.
 pub const MIN_LEVEL: i32 = 1;
+/// Highest level accepted: `zstd:22`, the smallest output.
 pub const MAX_LEVEL: i32 = 22;
 /// zstd's own default.
 pub const DEFAULT_LEVEL: i32 = 3;
@@ -49,10 +49,6 @@ impl Zstd {
         Self {
             level: level.clamp(MIN_LEVEL, MAX_LEVEL),
         }
-    }
-
-    pub fn level(&self) -> i32 {
-        self.level
     }
 }
 
