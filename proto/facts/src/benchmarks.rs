@@ -217,8 +217,8 @@ pub struct Benchmark {
     /// An interactive variant: its Server runs are the checker's
     /// `Interactive` scenario of the base benchmark.
     pub interactive: bool,
-    /// Its rules in each round ([`Round::ALL`] order); `None`: not a
-    /// benchmark of that round.
+    /// Its rules in each round, oldest first (as [`Round`] lists them);
+    /// `None`: not a benchmark of that round.
     pub rounds: [Option<Rules>; 2],
     /// Why a retired benchmark is refused over the network.
     pub retired: Option<&'static str>,
