@@ -153,8 +153,8 @@ pub struct Rules {
 /// to the SUT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tensor {
-    /// What the tensor holds (`image`, `input_ids`...), for messages and
-    /// the multi-tensor layout.
+    /// What the tensor holds (`image`, `input_ids`...), as the suite's
+    /// table names it.
     pub name: &'static str,
     /// The `.npy` type (`<f4`, `<i8`, `|u1`...).
     pub dtype: &'static str,
