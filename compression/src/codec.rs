@@ -60,19 +60,27 @@ pub enum CodecError {
     /// The frame declares (or, decoding, produces) more bytes than allowed.
     #[error("{codec} frame of {frame_len} bytes {}", too_large(how, *size, *max_len))]
     TooLarge {
+        /// The frame's codec.
         codec: CodecKind,
+        /// Bytes of the frame.
         frame_len: usize,
         /// "declares" (from its header), "decodes to more than", or "holds"
         /// (raw bytes).
         how: &'static str,
+        /// Decoded bytes the frame declares or holds (for "decodes to more
+        /// than": the limit itself, as the true size is not known).
         size: u64,
+        /// The limit on decoded bytes.
         max_len: usize,
     },
     /// The frame is not a valid frame of its codec.
     #[error("corrupt {codec} frame of {frame_len} bytes: {reason}")]
     Corrupt {
+        /// The frame's codec.
         codec: CodecKind,
+        /// Bytes of the frame.
         frame_len: usize,
+        /// The decoder's complaint.
         reason: String,
     },
     /// A wire codec value this build does not know.

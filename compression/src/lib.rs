@@ -2,8 +2,8 @@
 //! `lz4`, applied to one sample (or one answer) at a time, never across
 //! samples.
 //!
-//! - [`SampleCodec`]: the codec interface; one implementation per module
-//!   ([`none`], [`zstd`], [`lz4`]).
+//! - [`SampleCodec`]: the codec interface; one implementation per codec,
+//!   reached through [`CodecSpec::codec`] and [`CodecKind::decoder`].
 //! - [`CodecSpec`]: what an operator asks for (`none`, `zstd[:LEVEL]`,
 //!   `lz4`), parsed from the command line; [`CodecSpec::codec`] builds it.
 //! - [`decompress`]: decodes a payload of a given [`CodecKind`], bounded by a
@@ -16,14 +16,15 @@
 //! A leaf: the protocol's crate maps [`CodecKind`] to its wire values.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::fmt;
 use std::str::FromStr;
 
 mod codec;
-pub mod lz4;
-pub mod none;
-pub mod zstd;
+mod lz4;
+mod none;
+mod zstd;
 
 pub use codec::{CodecError, CodecKind, SampleCodec};
 
@@ -64,9 +65,10 @@ pub fn output_bound(kind: CodecKind, frame: &[u8], max_len: usize) -> usize {
 /// A codec as an operator chooses it: `none`, `zstd`, `zstd:LEVEL` or `lz4`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CodecSpec {
+    /// The codec.
     pub kind: CodecKind,
-    /// The zstd level ([`zstd::MIN_LEVEL`]..=[`zstd::MAX_LEVEL`]); `None`
-    /// for the default ([`zstd::DEFAULT_LEVEL`]) and for the other codecs.
+    /// The zstd level, 1 (fastest) to 22 (smallest); `None` for zstd's
+    /// default (3) and for the other codecs.
     pub level: Option<i32>,
 }
 
@@ -116,14 +118,19 @@ impl fmt::Display for CodecSpec {
 /// Why a codec spec could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    /// The name is none of the codecs'; it holds the spec as given.
     #[error("unknown codec {0:?}: expected none, zstd, zstd:LEVEL or lz4")]
     UnknownName(String),
+    /// A zstd level that is no whole number in range: (the level, the
+    /// spec as given).
     #[error(
         "invalid zstd level {0:?} in {1:?}: expected a whole number from {min} to {max}",
         min = zstd::MIN_LEVEL,
         max = zstd::MAX_LEVEL
     )]
     BadLevel(String, String),
+    /// A level given to a codec that has none: (the codec, the spec as
+    /// given).
     #[error("{0} takes no level ({1:?}); only zstd has levels (zstd:LEVEL)")]
     LevelNotAllowed(CodecKind, String),
 }

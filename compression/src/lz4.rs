@@ -20,10 +20,10 @@ const SLACK: u64 = 64;
 
 /// LZ4, block format, size prepended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lz4;
+pub(crate) struct Lz4;
 
 /// The most bytes a block of `block_len` bytes can decode to.
-pub fn max_decoded_len(block_len: usize) -> u64 {
+pub(crate) fn max_decoded_len(block_len: usize) -> u64 {
     (block_len as u64)
         .saturating_mul(MAX_EXPANSION)
         .saturating_add(SLACK)

@@ -5,7 +5,7 @@ use crate::{CodecError, CodecKind, SampleCodec};
 /// The identity codec. Its frames are the data itself; the size limit still
 /// applies when decoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Identity;
+pub(crate) struct Identity;
 
 impl SampleCodec for Identity {
     fn kind(&self) -> CodecKind {

@@ -15,15 +15,15 @@ use ::zstd::zstd_safe::{self, CCtx, CParameter, DCtx, InBuffer, OutBuffer, Reset
 
 use crate::{CodecError, CodecKind, SampleCodec};
 
-/// Lowest and highest levels accepted (`zstd:1` is the fastest, `zstd:22`
-/// the smallest).
-pub const MIN_LEVEL: i32 = 1;
-pub const MAX_LEVEL: i32 = 22;
+/// Lowest level accepted: `zstd:1`, the fastest.
+pub(crate) const MIN_LEVEL: i32 = 1;
+/// Highest level accepted: `zstd:22`, the smallest output.
+pub(crate) const MAX_LEVEL: i32 = 22;
 /// zstd's own default.
-pub const DEFAULT_LEVEL: i32 = 3;
+pub(crate) const DEFAULT_LEVEL: i32 = 3;
 
 /// The zstd codec at the default level (decoding ignores the level).
-pub const DEFAULT: Zstd = Zstd {
+pub(crate) const DEFAULT: Zstd = Zstd {
     level: DEFAULT_LEVEL,
 };
 
@@ -38,21 +38,17 @@ thread_local! {
 
 /// Zstandard at one compression level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Zstd {
+pub(crate) struct Zstd {
     level: i32,
 }
 
 impl Zstd {
     /// `level` is clamped to [`MIN_LEVEL`]..=[`MAX_LEVEL`] (a
     /// [`crate::CodecSpec`] has checked it already).
-    pub fn new(level: i32) -> Self {
+    pub(crate) fn new(level: i32) -> Self {
         Self {
             level: level.clamp(MIN_LEVEL, MAX_LEVEL),
         }
-    }
-
-    pub fn level(&self) -> i32 {
-        self.level
     }
 }
 

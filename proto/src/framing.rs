@@ -57,18 +57,37 @@ pub enum Frame {
     Error(String),
 }
 
+/// Why a byte stream is not a sequence of valid frames, or a frame not the
+/// message expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// A frame's header announces more body bytes than the stream allows.
     #[error("frame of {len} bytes too large: the limit is {max} bytes")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// Body bytes the header announces (or that encoding would take).
+        len: usize,
+        /// The stream's limit, in body bytes.
+        max: usize,
+    },
+    /// A QUIC frame's first byte is neither message (0) nor error (1).
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
+    /// A gRPC message's compression flag is set.
     #[error("a compressed gRPC message, though no compression was negotiated")]
     Compressed,
+    /// The stream ended with this many bytes of an unfinished frame
+    /// (header included).
     #[error("the stream ended inside a frame ({0} bytes of it received)")]
     Truncated(usize),
+    /// A frame's body is not the expected message, or the peer sent an
+    /// error frame instead.
     #[error("undecodable {what}: {reason}")]
-    Decode { what: &'static str, reason: String },
+    Decode {
+        /// The message expected (`ToNode`, `DescribeReply`...).
+        what: &'static str,
+        /// prost's error, or the peer's error text.
+        reason: String,
+    },
 }
 
 impl Frame {
@@ -458,6 +477,9 @@ pub struct ProbeReplyChunks {
 }
 
 impl ProbeReplyChunks {
+    /// The chunks of a reply carrying `reply_bytes` zero bytes and the
+    /// node's clock, `unix_time_ns`; fails when the frame would exceed
+    /// [`MAX_DATA_FRAME`].
     pub fn new(reply_bytes: usize, unix_time_ns: u64) -> Result<Self, FrameError> {
         let message = crate::ProbeReply {
             payload: Bytes::new(),
@@ -510,6 +532,7 @@ pub struct FrameWriter {
 }
 
 impl FrameWriter {
+    /// A writer with nothing queued.
     pub fn new() -> Self {
         Self::default()
     }
@@ -519,6 +542,7 @@ impl FrameWriter {
         self.len
     }
 
+    /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

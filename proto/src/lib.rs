@@ -2,6 +2,7 @@
 //! sut-nodes (`proto/sutnode.proto`; described in `docs/protocol.md`).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 #[allow(clippy::all, missing_docs)]
 mod generated {

@@ -37,7 +37,7 @@ pub mod stream_type {
 /// than ninety-two (6,550-byte datagrams, ten to a send): quinn's work per
 /// packet (encryption calls, acknowledgements, loss bookkeeping) is most of
 /// its cost, and the node's socket overflows less.
-pub const MAX_UDP_PAYLOAD: u16 = 65_507;
+pub(crate) const MAX_UDP_PAYLOAD: u16 = 65_507;
 /// The most bytes one UDP send may carry in all: the kernel refuses a
 /// segmentation-offload send of more with EMSGSIZE, and quinn-udp drops
 /// such a send without a word (as it would a failed MTU probe).

@@ -17,28 +17,48 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
 
+/// The rustls both ends build on, so that their versions never differ.
 pub use rustls;
 
+/// Why a certificate, key or TLS configuration could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A certificate or key file could not be read.
     #[error("cannot read {what} {path}: {source}")]
     Read {
+        /// What the file was to hold (`certificate file`, `private key`).
         what: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A file's PEM held no usable certificate or key.
     #[error("{path}: {reason}")]
-    Pem { path: PathBuf, reason: String },
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong with its contents.
+        reason: String,
+    },
+    /// A pinned fingerprint is not 64 hex digits (colons allowed).
     #[error("invalid certificate fingerprint {input:?}: {reason}")]
-    Fingerprint { input: String, reason: String },
+    Fingerprint {
+        /// The fingerprint as given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A self-signed certificate could not be generated.
     #[error("cannot generate a certificate: {0}")]
     Generate(String),
+    /// rustls refused the configuration (versions, key, CA bundle).
     #[error("TLS configuration: {0}")]
     Config(String),
 }
 
 /// The crypto of every TLS configuration here.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -47,7 +67,8 @@ pub fn provider() -> Arc<CryptoProvider> {
 pub struct Fingerprint(pub [u8; 32]);
 
 impl Fingerprint {
-    pub fn of(cert: &CertificateDer<'_>) -> Self {
+    /// The SHA-256 of `cert`'s DER bytes.
+    pub(crate) fn of(cert: &CertificateDer<'_>) -> Self {
         Self(Sha256::digest(cert.as_ref()).into())
     }
 }
@@ -96,8 +117,10 @@ impl std::str::FromStr for Fingerprint {
 
 /// A certificate chain and its private key.
 pub struct Identity {
-    pub certs: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
+    /// The chain, leaf first.
+    pub(crate) certs: Vec<CertificateDer<'static>>,
+    /// The leaf's private key.
+    pub(crate) key: PrivateKeyDer<'static>,
     /// Where it came from, for logs.
     pub origin: String,
 }
@@ -231,6 +254,7 @@ pub enum ServerCheck {
 /// The LoadGen node's TLS settings.
 #[derive(Clone, Debug)]
 pub struct ClientTls {
+    /// How the node's certificate is checked.
     pub check: ServerCheck,
     /// The certificate to present to nodes that require one (mutual TLS).
     pub identity: Option<Arc<Identity>>,
@@ -241,7 +265,9 @@ pub struct ClientTls {
 /// rules are the same; only the names in the messages differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OptionSpelling {
+    /// loadgen-node's command-line flags: `--tls-pin`.
     Flag,
+    /// The Python module's keyword arguments: `tls_pin`.
     Keyword,
 }
 
@@ -260,10 +286,18 @@ impl OptionSpelling {
 /// and, for mutual TLS, a certificate and its key.
 #[derive(Clone, Debug, Default)]
 pub struct ClientTlsOptions<'a> {
+    /// SHA-256 fingerprints of the nodes' leaf certificates (`tls-pin`), as
+    /// 64 hex digits, colons allowed.
     pub pins: &'a [String],
+    /// A PEM bundle of the CA certificates that nodes' chains must lead to
+    /// (`tls-ca`).
     pub ca: Option<&'a Path>,
+    /// Accept any certificate (`tls-insecure`; development only).
     pub insecure: bool,
+    /// The PEM certificate chain to present for mutual TLS
+    /// (`tls-client-cert`); goes with `client_key`.
     pub client_cert: Option<&'a Path>,
+    /// The PEM private key of `client_cert` (`tls-client-key`).
     pub client_key: Option<&'a Path>,
 }
 
@@ -271,14 +305,37 @@ pub struct ClientTlsOptions<'a> {
 /// them.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsOptionError {
+    /// A client certificate without its key, or a key without its
+    /// certificate.
     #[error("{cert} and {key} go together")]
-    HalfAnIdentity { cert: String, key: String },
+    HalfAnIdentity {
+        /// The certificate's option.
+        cert: String,
+        /// The key's option.
+        key: String,
+    },
+    /// A client certificate, but no way to check the nodes' certificates.
     #[error("{cert}: also say how to check the sut-nodes' certificates: {checks}")]
-    NoCheck { cert: String, checks: String },
+    NoCheck {
+        /// The client certificate's option.
+        cert: String,
+        /// The options that would say how, any one of them.
+        checks: String,
+    },
+    /// More than one way to check the nodes' certificates.
     #[error("give only one of {checks}")]
-    SeveralChecks { checks: String },
+    SeveralChecks {
+        /// The options, of which only one may be given.
+        checks: String,
+    },
+    /// An option's file or fingerprint was refused.
     #[error("{option}: {source}")]
-    File { option: String, source: TlsError },
+    File {
+        /// The option.
+        option: String,
+        /// Why it was refused.
+        source: TlsError,
+    },
 }
 
 impl ClientTlsOptions<'_> {
@@ -336,7 +393,9 @@ impl ClientTlsOptions<'_> {
 pub struct Presented(Mutex<Option<Fingerprint>>);
 
 impl Presented {
-    pub fn fingerprint(&self) -> Option<Fingerprint> {
+    /// The fingerprint of the leaf certificate the node presented, if the
+    /// handshake got that far.
+    pub(crate) fn fingerprint(&self) -> Option<Fingerprint> {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -34,7 +34,7 @@ pub enum Round {
 
 impl Round {
     /// Every round, oldest first.
-    pub const ALL: [Round; 2] = [Round::V5_1, Round::V6_1];
+    pub(crate) const ALL: [Round; 2] = [Round::V5_1, Round::V6_1];
     /// The rules a run follows unless told otherwise.
     pub const CURRENT: Round = Round::V6_1;
 
@@ -98,15 +98,28 @@ pub enum Volume {
 /// A compliance audit the submission checker requires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Audit {
+    /// TEST01: accuracy in performance mode; a share of the performance
+    /// run's answers is logged and checked against the accuracy run's.
     Test01,
+    /// TEST04: the SUT does not cache answers; the same sample issued over
+    /// and over must not run faster than distinct ones.
     Test04,
+    /// TEST06: an LLM's output is consistent (first token, token counts, no
+    /// early end-of-sequence).
     Test06,
+    /// TEST07: accuracy in performance mode over the full data set, against
+    /// an accuracy threshold.
     Test07,
+    /// TEST08: accuracy in performance mode for DLRMv3.
     Test08,
+    /// TEST09: an LLM's output token lengths in performance mode stay within
+    /// the benchmark's bounds.
     Test09,
 }
 
 impl Audit {
+    /// The name the compliance folders and the submission checker give it
+    /// (`TEST01`).
     pub fn name(self) -> &'static str {
         match self {
             Audit::Test01 => "TEST01",
@@ -140,6 +153,8 @@ pub struct Rules {
 /// to the SUT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tensor {
+    /// What the tensor holds (`image`, `input_ids`...), as the suite's
+    /// table names it.
     pub name: &'static str,
     /// The `.npy` type (`<f4`, `<i8`, `|u1`...).
     pub dtype: &'static str,
@@ -191,8 +206,10 @@ pub struct Benchmark {
     /// The largest answer accepted by default: the rules' output size where
     /// it is fixed, with room where it varies.
     pub max_output_bytes: usize,
-    /// Samples in the data set, and how many the QSL keeps in memory.
+    /// Samples in the data set (the QSL's total sample count).
     pub total_samples: usize,
+    /// Samples the QSL keeps in memory at once for a performance run (the
+    /// QSL's performance sample count).
     pub performance_samples: usize,
     /// Judged on token latencies (mlperf.conf's `use_token_latencies`):
     /// each answer comes with a first token and a token count.
@@ -200,8 +217,8 @@ pub struct Benchmark {
     /// An interactive variant: its Server runs are the checker's
     /// `Interactive` scenario of the base benchmark.
     pub interactive: bool,
-    /// Its rules in each round ([`Round::ALL`] order); `None`: not a
-    /// benchmark of that round.
+    /// Its rules in each round, oldest first (as [`Round`] lists them);
+    /// `None`: not a benchmark of that round.
     pub rounds: [Option<Rules>; 2],
     /// Why a retired benchmark is refused over the network.
     pub retired: Option<&'static str>,
@@ -234,18 +251,11 @@ impl Benchmark {
             many => many.iter().map(|t| npy_header_len(t) + t.bytes()).sum(),
         }
     }
-
-    /// Whether its inputs may be compressed in `round` (any codec in the
-    /// open division).
-    pub fn input_compression(&self, round: Round) -> Compression {
-        self.rules(round)
-            .map_or(Compression::None, |r| r.compression)
-    }
 }
 
 /// The length of the `.npy` header (version 1.0) of `t`, as
 /// [`npy_header`] writes it.
-pub fn npy_header_len(t: &Tensor) -> usize {
+fn npy_header_len(t: &Tensor) -> usize {
     npy_header(t.dtype, t.shape).len()
 }
 
@@ -769,6 +779,11 @@ pub fn names() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
+    /// Whether `b`'s inputs may be compressed in `round`.
+    fn input_compression(b: &Benchmark, round: Round) -> Compression {
+        b.rules(round).map_or(Compression::None, |r| r.compression)
+    }
+
     #[test]
     fn lookup() {
         let r = find("resnet50").expect("resnet50");
@@ -806,14 +821,14 @@ mod tests {
         assert_eq!(qwen, 27_051);
         // DLRMv3's compression row is new in the current rules; DLRMv2's
         // and SDXL's are gone from them.
-        assert_eq!(dlrm.input_compression(Round::V6_1), Compression::Lossless);
-        assert_eq!(dlrm.input_compression(Round::V5_1), Compression::None);
+        assert_eq!(input_compression(dlrm, Round::V6_1), Compression::Lossless);
+        assert_eq!(input_compression(dlrm, Round::V5_1), Compression::None);
         let sdxl = find("stable-diffusion-xl").unwrap();
         assert!(sdxl.rules(Round::V5_1).unwrap().ingress.is_some());
         assert!(sdxl.rules(Round::V6_1).unwrap().ingress.is_none());
         assert!(find("dlrm-v2").unwrap().rules(Round::V6_1).is_none());
         assert_eq!(
-            find("rgat").unwrap().input_compression(Round::V6_1),
+            input_compression(find("rgat").unwrap(), Round::V6_1),
             Compression::None
         );
         assert_eq!(find("bert").unwrap().input_bytes(), 9_216);

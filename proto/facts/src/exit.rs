@@ -40,28 +40,9 @@ pub enum Exit {
     NotReady,
 }
 
-/// Which binary gives a status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Binary {
-    Both,
-    LoadgenNode,
-    SutNode,
-}
-
-impl Binary {
-    /// As the docs' table names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Binary::Both => "both",
-            Binary::LoadgenNode => "loadgen-node",
-            Binary::SutNode => "sut-node",
-        }
-    }
-}
-
 impl Exit {
     /// Every status, in the order of their numbers.
-    pub const ALL: [Exit; 9] = [
+    pub(crate) const ALL: [Exit; 9] = [
         Exit::Done,
         Exit::Error,
         Exit::RunFailed,
@@ -88,15 +69,6 @@ impl Exit {
         }
     }
 
-    /// The binary that gives it.
-    pub fn given_by(self) -> Binary {
-        match self {
-            Exit::Done | Exit::Error => Binary::Both,
-            Exit::NotReady => Binary::SutNode,
-            _ => Binary::LoadgenNode,
-        }
-    }
-
     /// How a child process ended; a signal or an unknown status is an
     /// error.
     pub fn of_child(status: ExitStatus) -> Exit {
@@ -120,12 +92,6 @@ impl Exit {
             Exit::Regressed => "a metric regressed beyond its interval",
             Exit::NotReady => "the node is not ready",
         }
-    }
-
-    /// Ends the process with this status at once (for a binary's `main`
-    /// where no value can be returned).
-    pub fn now(self) -> ! {
-        std::process::exit(i32::from(self.code()))
     }
 }
 
@@ -154,6 +120,15 @@ mod tests {
         // Killed by signal 9, or a status no command gives.
         assert_eq!(Exit::of_child(ExitStatus::from_raw(9)), Exit::Error);
         assert_eq!(Exit::of_child(ExitStatus::from_raw(77 << 8)), Exit::Error);
+    }
+
+    /// The binary that gives a status, as the docs' table names it.
+    fn given_by(e: Exit) -> &'static str {
+        match e {
+            Exit::Done | Exit::Error => "both",
+            Exit::NotReady => "sut-node",
+            _ => "loadgen-node",
+        }
     }
 
     /// The rows of the docs' table: status, meaning, binary.
@@ -187,7 +162,7 @@ mod tests {
                 (
                     e.code().to_string(),
                     e.meaning().to_string(),
-                    e.given_by().name().to_string(),
+                    given_by(*e).to_string(),
                 )
             })
             .collect();

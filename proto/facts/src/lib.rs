@@ -4,6 +4,8 @@
 //! hold, what a host tells of itself, and the exit statuses of both
 //! binaries.
 
+#![warn(missing_docs)]
+
 pub mod benchmarks;
 pub mod exit;
 pub mod host;

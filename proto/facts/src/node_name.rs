@@ -10,7 +10,7 @@
 pub const MAX_BYTES: usize = 128;
 
 /// The characters a node name may hold.
-pub fn allowed(c: char) -> bool {
+fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')
 }
 
@@ -36,7 +36,7 @@ pub fn problem(name: &str) -> Option<String> {
 
 /// A character as a message names it: its code point, its name for those
 /// that hide or reorder text, and itself when it shows as itself.
-pub fn describe(c: char) -> String {
+fn describe(c: char) -> String {
     let name = match c {
         ' ' => Some("SPACE"),
         '\u{00A0}' => Some("NO-BREAK SPACE"),

@@ -31,6 +31,8 @@ pub struct AnswerStream {
 }
 
 impl AnswerStream {
+    /// The answer stream of `input`, at its first byte (the input is hashed
+    /// here, once).
     pub fn new(input: &[u8]) -> Self {
         let word = |w: &[u8]| {
             let mut b = [0u8; 8];

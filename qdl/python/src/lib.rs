@@ -13,6 +13,8 @@
 //! QDL's network threads, one call per batch of answers that arrived
 //! together, the GIL held only for that call. See docs/python.md.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
@@ -165,7 +167,58 @@ fn connect_error(e: QdlError) -> PyErr {
 }
 
 /// The Query Dispatch Library: the official LoadGen's SUT, forwarding every
-/// sample to the sut-nodes. Connects when created.
+/// sample to the sut-nodes. Connects when created, raising `ValueError` for a
+/// bad option and `ConnectionError` when a node cannot be reached, refuses
+/// the session or is not ready.
+///
+/// Hand its `issue_query`, `flush_queries` and `name` to
+/// `mlperf_loadgen.ConstructQDL`, store each sample the QSL loads with
+/// `load`, and call `finish` once the test has ended. Also a context manager
+/// (`with Qdl(...) as qdl:`), which finishes on exit.
+///
+/// Args:
+///     nodes: the sut-nodes, a list of addresses or one comma-separated
+///         string: `host:port` or `grpc://host:port` (gRPC), `grpcs://...`
+///         (gRPC over TLS), `quic://host:port`, or `dns://NAME:PORT` (one node
+///         per address of NAME, resolved once, now).
+///     model: the benchmark's model name (mlperf.conf's, e.g. `"resnet50"`);
+///         every node checks it when the session starts.
+///     scenario: `"Offline"`, `"Server"`, `"SingleStream"` or
+///         `"MultiStream"`; checked by every node too.
+///     connections_per_node: connections to each node, each with its own
+///         stream; `None` sizes them to the host and the nodes.
+///     dispatch: how samples are spread over the connections:
+///         `"least-outstanding"`, `"round-robin"` or `"weighted:3,1"` (one
+///         weight per node).
+///     input_codec: `"none"`, `"zstd"`, `"zstd:LEVEL"` (1 to 22) or `"lz4"`:
+///         each sample is compressed once, by `load`. Refused where the rules
+///         allow the benchmark no compression, unless `open_division`.
+///     open_division: lift the rules on which benchmarks' data may travel
+///         compressed (inputs and answers).
+///     rules: the round of the rules that applies: `"v6.1"` (current) or
+///         `"v5.1"`.
+///     node_timeout: seconds a node with samples outstanding may stay silent
+///         before the run fails.
+///     progress_timeout: seconds a node may send only heartbeats before the
+///         run fails; 0 waits for ever.
+///     connect_timeout: seconds each connection step, and each `name` round
+///         trip, may take.
+///     max_answer_bytes: the largest answer accepted, once decoded; `None`:
+///         the benchmark's largest (1 GiB for a model outside the suite).
+///     io_threads: threads of the network runtime; `None` sizes them to the
+///         host.
+///     max_in_flight: samples one connection may have sent and not yet had
+///         answered (at least 1).
+///     token_latencies: judge the run on token latencies (each answer with
+///         its first token and token count); `None`: as the benchmark is.
+///     tls_pin: SHA-256 fingerprints of the nodes' certificates, as 64 hex
+///         digits (sut-node prints its own at start).
+///     tls_ca: a PEM file of the CA certificates the nodes' chains must lead
+///         to, instead of pins.
+///     tls_insecure: accept any certificate (development only).
+///     tls_client_cert: a PEM certificate chain to present to nodes that
+///         require mutual TLS; goes with `tls_client_key`.
+///     tls_client_key: the PEM private key of `tls_client_cert`.
 #[pyclass(frozen, name = "Qdl", module = "mlperf_net_qdl")]
 struct PyQdl {
     /// `None` once finished.
@@ -193,8 +246,8 @@ impl PyQdl {
 #[pymethods]
 impl PyQdl {
     /// Connects `connections_per_node` connections to every node and starts
-    /// a session for `model` and `scenario` on each. Connections and
-    /// `io_threads` left at `None` are sized to the host and the nodes.
+    /// a session for `model` and `scenario` on each (the arguments are
+    /// described with the class).
     #[new]
     #[pyo3(signature = (
         nodes, *, model, scenario,
@@ -305,9 +358,17 @@ impl PyQdl {
         })
     }
 
-    /// Stores sample `index` as the QSL loaded it: any object with the
-    /// buffer protocol (bytes, bytearray, a C-contiguous numpy array), whose
-    /// bytes are copied (and compressed, with an input codec) now, untimed.
+    /// Stores a sample as the QSL loaded it, for the QSL's
+    /// `LoadSamplesToRam`. Its bytes are copied (and compressed, with an
+    /// input codec) now, untimed.
+    ///
+    /// Args:
+    ///     index: the sample's index in the data set (`QuerySampleIndex`).
+    ///     data: its bytes: any object with the buffer protocol (bytes,
+    ///         bytearray, a C-contiguous numpy array).
+    ///
+    /// Raises:
+    ///     ValueError: the buffer is not C-contiguous.
     fn load(
         &self,
         py: Python<'_>,
@@ -340,13 +401,22 @@ impl PyQdl {
         Ok(())
     }
 
-    /// Forgets sample `index`.
+    /// Forgets sample `index` (`int`), for the QSL's
+    /// `UnloadSamplesFromRam`.
     fn unload(&self, index: QuerySampleIndex) {
         self.samples.write().remove(&index);
     }
 
-    /// The LoadGen's `IssueQuery`: `samples` is its list of `QuerySample`
-    /// (`.id`, `.index`). Sends each sample to a node and returns.
+    /// The LoadGen's `IssueQuery`: sends each sample to a node and returns
+    /// at once; answers reach `mlperf_loadgen.QuerySamplesComplete` as they
+    /// arrive.
+    ///
+    /// Args:
+    ///     samples: the LoadGen's list of `QuerySample` (each with `.id` and
+    ///         `.index`).
+    ///
+    /// Raises:
+    ///     RuntimeError: the QDL is finished.
     fn issue_query(&self, py: Python<'_>, samples: &Bound<'_, PyAny>) -> PyResult<()> {
         let mut issued = Vec::with_capacity(samples.len().unwrap_or(0));
         for s in samples.try_iter()? {
@@ -408,8 +478,11 @@ impl PyQdl {
         self.node_names.clone()
     }
 
-    /// What the QDL knows about the run, as (key, value) pairs: transport,
-    /// nodes, connections, codecs, bytes on the wire.
+    /// What the QDL knows about the run, as a list of (key, value) string
+    /// pairs: transport, nodes, connections, codecs, bytes on the wire.
+    ///
+    /// Raises:
+    ///     RuntimeError: the QDL is finished.
     fn report(&self) -> PyResult<Vec<(String, String)>> {
         use loadgen_engine::SystemUnderTest;
         let guard = self.sut();
@@ -431,10 +504,13 @@ impl PyQdl {
         }
     }
 
+    /// Returns the QDL itself, for `with Qdl(...) as qdl:`.
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
+    /// Finishes the QDL (see `finish`); an exception in the block is not
+    /// suppressed.
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         self.finish(py);
@@ -452,6 +528,9 @@ impl Drop for PyQdl {
     }
 }
 
+/// The Network division's Query Dispatch Library for the official LoadGen's
+/// Python harnesses: `Qdl` forwards the LoadGen's samples to sut-nodes over
+/// gRPC or QUIC and hands their answers back to `mlperf_loadgen`.
 #[pymodule]
 fn mlperf_net_qdl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyQdl>()?;

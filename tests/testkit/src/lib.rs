@@ -13,6 +13,7 @@
 //! The suite's runner (`tests/run.sh`) points `TMPDIR` at one directory per
 //! run and checks that the tests left nothing in it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed expectation is the calling test's failure
+#![warn(missing_docs)]
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -85,6 +86,7 @@ pub struct ClosedPort {
 }
 
 impl ClosedPort {
+    /// Binds a fresh loopback port (port 0) without listening on it.
     pub fn new() -> ClosedPort {
         use socket2::{Domain, Protocol, Socket, Type};
         let socket =
@@ -104,6 +106,7 @@ impl ClosedPort {
         }
     }
 
+    /// The port number, refused to every connection while `self` lives.
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -122,6 +125,7 @@ impl Default for ClosedPort {
 
 /// How a start on a given port ended, for [`with_free_port`].
 pub enum Started<T> {
+    /// The server started on the port; `T` is what `start` made of it.
     Up(T),
     /// The port was taken before the server could bind it: try another.
     PortTaken,

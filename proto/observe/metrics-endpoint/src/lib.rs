@@ -4,6 +4,7 @@
 //! the page is built from atomics read at scrape time.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
@@ -22,15 +23,18 @@ pub struct Page {
 pub type Labels<'a> = &'a [(&'a str, &'a str)];
 
 impl Page {
+    /// An empty page.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// One series of counter family `name`: a total that only grows.
     pub fn counter(&mut self, name: &str, help: &str, labels: Labels<'_>, value: u64) {
         self.head(name, help, "counter");
         self.sample(name, "", labels, None, value as f64);
     }
 
+    /// One series of gauge family `name`: a value that goes up and down.
     pub fn gauge(&mut self, name: &str, help: &str, labels: Labels<'_>, value: f64) {
         self.head(name, help, "gauge");
         self.sample(name, "", labels, None, value);
@@ -78,6 +82,7 @@ impl Page {
         self.sample(name, "_count", labels, None, count as f64);
     }
 
+    /// The page's text, as a scrape receives it.
     pub fn finish(self) -> String {
         self.out
     }

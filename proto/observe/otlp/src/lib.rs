@@ -14,6 +14,8 @@
 //! and the per-sample spans made with the OpenTelemetry API on the global
 //! tracer provider, which [`Otlp::start`] installs.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -39,7 +41,7 @@ pub const TARGET: &str = "otlp";
 
 /// Spans waiting for the exporter; when full, new spans are dropped and
 /// counted.
-pub const DEFAULT_QUEUE: usize = 8192;
+pub(crate) const DEFAULT_QUEUE: usize = 8192;
 /// Most spans sent in one export request.
 const MAX_BATCH: usize = 512;
 /// How long a span may wait for a batch to fill before it is sent.
@@ -47,10 +49,18 @@ const BATCH_DELAY: Duration = Duration::from_millis(500);
 /// The limit on one export request (connection included).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why the exporter could not start.
 #[derive(Debug, Error)]
 pub enum OtlpError {
+    /// The OTLP client refused the collector's address.
     #[error("--otlp {endpoint}: {reason}")]
-    Endpoint { endpoint: String, reason: String },
+    Endpoint {
+        /// The address as given.
+        endpoint: String,
+        /// What the client said of it.
+        reason: String,
+    },
+    /// The exporter thread could not be spawned.
     #[error("cannot start the OTLP exporter thread: {0}")]
     Thread(#[from] std::io::Error),
 }
@@ -64,11 +74,14 @@ pub struct Settings {
     pub service: String,
     /// More resource attributes (e.g. the node's name).
     pub attributes: Vec<(String, String)>,
-    /// Spans waiting for export at most; see [`DEFAULT_QUEUE`].
+    /// Spans waiting for export at most (8192 from [`Settings::new`]); when
+    /// the queue is full, new spans are dropped and counted.
     pub queue: usize,
 }
 
 impl Settings {
+    /// Export to `endpoint` as service `service`, with no more attributes
+    /// and a queue of 8192 spans.
     pub fn new(endpoint: &str, service: &str) -> Self {
         Self {
             endpoint: endpoint.to_string(),
@@ -92,6 +105,7 @@ struct Counts {
 /// The spans' fate at the end of a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
+    /// The collector's address, as [`Settings::endpoint`] gave it.
     pub endpoint: String,
     /// Accepted by the collector.
     pub exported: u64,
@@ -269,7 +283,6 @@ pub struct Otlp {
     provider: SdkTracerProvider,
     counts: Arc<Counts>,
     endpoint: String,
-    service: String,
 }
 
 impl Otlp {
@@ -301,7 +314,7 @@ impl Otlp {
                 .map_err(|e| bad(e.to_string()))?
         };
         let resource = Resource::builder_empty()
-            .with_service_name(settings.service.clone())
+            .with_service_name(settings.service)
             .with_attributes(
                 settings
                     .attributes
@@ -328,12 +341,11 @@ impl Otlp {
             provider,
             counts,
             endpoint,
-            service: settings.service,
         })
     }
 
     /// A tracer of this provider.
-    pub fn tracer(&self, name: &'static str) -> SdkTracer {
+    pub(crate) fn tracer(&self, name: &'static str) -> SdkTracer {
         use opentelemetry::trace::TracerProvider as _;
         self.provider.tracer(name)
     }
@@ -349,11 +361,6 @@ impl Otlp {
             .with_threads(false)
             .with_location(false)
             .with_filter(filter_fn(|m| m.target() == TARGET))
-    }
-
-    /// The service name spans are exported under.
-    pub fn service(&self) -> &str {
-        &self.service
     }
 
     /// Sends what is queued (waiting at most `limit`) and says what became
