@@ -1,15 +1,18 @@
 //! Runs every reference case of the official LoadGen through the whole
-//! engine (`start_test` with a null SUT like the reference harness's) and
+//! engine (with a null SUT like the reference harness's, in virtual time) and
 //! compares what must be identical: the accuracy log, the ordered detail keys
 //! and their deterministic values, the summary of accuracy runs and the
 //! parameter block of performance runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use loadgen_engine::config::ConfigFile;
 use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
-use loadgen_engine::runner::{start_test, AuditConfig, LogSettings};
+use loadgen_engine::clock::VirtualClock;
+use loadgen_engine::live::LiveStats;
+use loadgen_engine::runner::{start_test_with_clock, AuditConfig, LogSettings};
 use loadgen_engine::TestSettings;
 use serde_json::Value;
 
@@ -136,7 +139,19 @@ fn run_case(dir: &Path) -> testkit::Scratch {
         outdir: out.to_path_buf(),
         ..LogSettings::default()
     };
-    let outcome = start_test(&sut, &qsl, &settings, &log, audit.as_ref()).unwrap();
+    // Virtual time: the null SUT answers at the instant of issue whatever the
+    // host's load, so every run meets its latency bound as the reference
+    // runs did, and the replay is the same every time.
+    let outcome = start_test_with_clock(
+        &sut,
+        &qsl,
+        &settings,
+        &log,
+        audit.as_ref(),
+        Arc::new(LiveStats::default()),
+        Arc::new(VirtualClock::new()),
+    )
+    .unwrap();
     assert!(
         outcome.run_error.is_none(),
         "{}: {:?}",
