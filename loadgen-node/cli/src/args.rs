@@ -195,6 +195,7 @@ pub struct RunArgs {
         value_name = "NAME",
         default_value = "resnet50"
     )]
+    #[serde(rename = "benchmark")]
     pub model: String,
 
     /// SingleStream, MultiStream, Server or Offline.
