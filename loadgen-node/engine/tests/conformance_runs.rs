@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use loadgen_engine::config::ConfigFile;
-use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
 use loadgen_engine::clock::VirtualClock;
+use loadgen_engine::config::ConfigFile;
 use loadgen_engine::live::LiveStats;
+use loadgen_engine::null_sut::{NullAnswer, NullSut, SizedQsl};
 use loadgen_engine::runner::{start_test_with_clock, AuditConfig, LogSettings};
 use loadgen_engine::TestSettings;
 use serde_json::Value;
