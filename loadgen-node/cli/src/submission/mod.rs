@@ -332,7 +332,7 @@ pub fn submission(args: &SubmissionArgs) -> Result<Exit> {
 mod tests {
     use super::*;
     use crate::benchmarks::Round;
-    use tree::{checker_benchmark, scenario_folder};
+    use plan::{checker_benchmark, scenario_folder};
 
     fn plan(text: &str) -> Result<SubmissionPlan> {
         SubmissionPlan::parse("plan.toml", Path::new("/p"), text)

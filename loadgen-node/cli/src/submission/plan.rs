@@ -172,6 +172,42 @@ impl SettingValue {
     }
 }
 
+/// The checker's benchmark folder of `model` in `round`, or why the plan
+/// cannot have it.
+pub(super) fn checker_benchmark(model: &str, round: Round) -> Result<&'static str, String> {
+    let Some(b) = benchmarks::find(model) else {
+        return Err(format!(
+            "unknown benchmark `{model}` (known: {})",
+            benchmarks::BENCHMARKS
+                .iter()
+                .filter(|b| b.rules(round).is_some())
+                .map(|b| b.model)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    };
+    if let Some(why) = b.retired {
+        return Err(format!("`{model}`: {why}"));
+    }
+    match b.rules(round) {
+        Some(r) => Ok(r.checker[0]),
+        None => Err(format!(
+            "`{model}` is not a benchmark of the {round} rules (it is one of: {}); set \
+             `rules` to that round",
+            b.round_names()
+        )),
+    }
+}
+
+/// The scenario's folder in the tree: an interactive variant's Server runs
+/// are the checker's `Interactive` scenario.
+pub(super) fn scenario_folder(model: &str, s: Scenario) -> &'static str {
+    match (benchmarks::find(model).is_some_and(|b| b.interactive), s) {
+        (true, Scenario::Server) => "Interactive",
+        _ => s.as_str(),
+    }
+}
+
 /// Parses loadgen-node's run flags.
 #[derive(Parser)]
 struct RunFlags {
@@ -367,7 +403,7 @@ impl PlanBenchmark {
         at: &dyn Fn(std::ops::Range<usize>) -> String,
     ) -> Result<PlanBenchmark> {
         let model = benchmarks::canonical(e.model.get_ref()).to_string();
-        let default = super::tree::checker_benchmark(&model, rules)
+        let default = checker_benchmark(&model, rules)
             .map_err(|err| anyhow::anyhow!("{}: {what}: {err}", at(e.model.span())))?;
         let folders = benchmarks::find(&model)
             .and_then(|b| b.rules(rules))

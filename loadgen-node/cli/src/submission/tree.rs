@@ -12,48 +12,11 @@ use loadgen_engine::Scenario;
 use serde_json::{json, Map};
 use sha2::{Digest, Sha256};
 
-use super::plan::{Division, PlanBenchmark, SubmissionPlan};
+use super::plan::{scenario_folder, Division, PlanBenchmark, SubmissionPlan};
 use crate::args::Engine;
 use crate::audit::{self, accuracy_dir, performance_dir};
-use crate::benchmarks::{self, Round};
 use crate::compliance::AuditTest;
 use crate::preflight::{self, PLACEHOLDER};
-
-/// The checker's benchmark folder of `model` in `round`, or why the plan
-/// cannot have it.
-pub(super) fn checker_benchmark(model: &str, round: Round) -> Result<&'static str, String> {
-    let Some(b) = benchmarks::find(model) else {
-        return Err(format!(
-            "unknown benchmark `{model}` (known: {})",
-            benchmarks::BENCHMARKS
-                .iter()
-                .filter(|b| b.rules(round).is_some())
-                .map(|b| b.model)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    };
-    if let Some(why) = b.retired {
-        return Err(format!("`{model}`: {why}"));
-    }
-    match b.rules(round) {
-        Some(r) => Ok(r.checker[0]),
-        None => Err(format!(
-            "`{model}` is not a benchmark of the {round} rules (it is one of: {}); set \
-             `rules` to that round",
-            b.round_names()
-        )),
-    }
-}
-
-/// The scenario's folder in the tree: an interactive variant's Server runs
-/// are the checker's `Interactive` scenario.
-pub(super) fn scenario_folder(model: &str, s: Scenario) -> &'static str {
-    match (benchmarks::find(model).is_some_and(|b| b.interactive), s) {
-        (true, Scenario::Server) => "Interactive",
-        _ => s.as_str(),
-    }
-}
 
 impl SubmissionPlan {
     /// `<output>/<division>/<submitter>`.
