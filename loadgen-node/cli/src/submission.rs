@@ -28,6 +28,9 @@
 //! accuracy_command = "python3 accuracy-imagenet.py --mlperf-accuracy-file {accuracy_log} ..."
 //! audit_dtype = "int32"           # TEST01/TEST06 --dtype (default byte/int32)
 //! eos_token_id = 2                # TEST06 (default 2)
+//! compliance_dataset = "gpqa_compliance"   # TEST07: the compliance data set, beside the plan
+//! compliance_accuracy_command = "python3 eval.py --mlperf-log {accuracy_log} ..."  # TEST07's score
+//! score_pattern = "'exact_match':\\s*([\\d.]+)"   # TEST07 (default: the benchmark's)
 //! [benchmark.settings]            # user.conf settings of every scenario
 //! min_duration = 600000
 //! [benchmark.settings.Offline]    # and of one scenario
@@ -83,6 +86,23 @@ pub struct PlanBenchmark {
     /// The audits' --dtype and --eos-token-id (TEST01, TEST06).
     pub audit_dtype: Option<Dtype>,
     pub eos_token_id: i64,
+    /// TEST07: the compliance data set (relative to the plan), its
+    /// accuracy script and the score's pattern.
+    pub compliance_dataset: Option<PathBuf>,
+    pub compliance_accuracy_command: Option<String>,
+    pub score_pattern: Option<String>,
+}
+
+impl PlanBenchmark {
+    /// The settings of its audits' verifications.
+    pub fn verify_options(&self) -> audit::VerifyOptions {
+        audit::VerifyOptions {
+            dtype: self.audit_dtype,
+            eos_token_id: self.eos_token_id,
+            accuracy_command: self.compliance_accuracy_command.clone(),
+            score_pattern: self.score_pattern.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -249,7 +269,22 @@ impl Plan {
             let toml::Value::Table(e) = e else {
                 bail!("{what}: expected a table");
             };
-            benchmarks.push(PlanBenchmark::from_table(&what, e, rules)?);
+            let b = PlanBenchmark::from_table(&what, e, rules)?;
+            let test07 =
+                compliance::required_audits(&b.model, rules).contains(&benchmarks::Audit::Test07);
+            if test07 && division != "open" {
+                // Refused before any run: TEST07 cannot be made without them.
+                let base = base.join(b.compliance_dataset.as_deref().unwrap_or(Path::new("")));
+                audit::compliance_dataset(
+                    AuditTest::Test07,
+                    &b.model,
+                    b.compliance_dataset.as_ref().map(|_| base.as_path()),
+                    &format!("{what}: compliance_dataset"),
+                )?;
+                b.verify_options()
+                    .test07_command(&format!("{what}: compliance_accuracy_command"))?;
+            }
+            benchmarks.push(b);
         }
         Ok(Plan {
             base: base.to_path_buf(),
@@ -356,6 +391,9 @@ impl PlanBenchmark {
             "accuracy_command",
             "audit_dtype",
             "eos_token_id",
+            "compliance_dataset",
+            "compliance_accuracy_command",
+            "score_pattern",
         ];
         for k in e.keys() {
             if !KEYS.contains(&k.as_str()) {
@@ -444,7 +482,19 @@ impl PlanBenchmark {
                 Some(_) => bail!("{what}: eos_token_id must be an integer"),
                 None => 2,
             },
+            compliance_dataset: optional_text(e, "compliance_dataset", what)?.map(PathBuf::from),
+            compliance_accuracy_command: optional_text(e, "compliance_accuracy_command", what)?,
+            score_pattern: optional_text(e, "score_pattern", what)?,
         })
+    }
+}
+
+/// A string key of a benchmark entry, if present.
+fn optional_text(e: &toml::Table, key: &str, what: &str) -> Result<Option<String>> {
+    match e.get(key) {
+        None => Ok(None),
+        Some(toml::Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
+        Some(_) => bail!("{what}: `{key}` must be a non-empty string"),
     }
 }
 
@@ -643,6 +693,8 @@ fn recorded_verdict(test: AuditTest, test_dir: &Path) -> Option<bool> {
         }
         AuditTest::Test04 => pass(read("verify_performance.txt")?),
         AuditTest::Test06 => read("verify_accuracy.txt")?.contains("TEST06 verification complete"),
+        AuditTest::Test07 | AuditTest::Test08 => pass(read("verify_accuracy.txt")?),
+        AuditTest::Test09 => pass(read("verify_output_len.txt")?),
     })
 }
 
@@ -801,12 +853,6 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
     if plan.division != "open" {
         for audit in compliance::required_audits(&b.model, plan.rules) {
             let Some(test) = AuditTest::of(audit) else {
-                // The checker needs it; its official script makes it.
-                valid = false;
-                cells.push((
-                    audit.name().to_string(),
-                    "not run by loadgen-node".to_string(),
-                ));
                 continue;
             };
             let test_dir = dir.join(test.name());
@@ -815,8 +861,22 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
                 Some(true) => true,
                 _ => {
                     fits(None, Some(test))?;
-                    audit::run_audit(test, &args, &dir, &extras)?;
-                    audit::verify(test, &dir, &reference, &args, b.audit_dtype, b.eos_token_id)?
+                    let compliance = b.compliance_dataset.as_ref().map(|d| plan.base.join(d));
+                    let compliance = audit::compliance_dataset(
+                        test,
+                        &b.model,
+                        compliance.as_deref(),
+                        &format!("{what}: the plan's compliance_dataset"),
+                    )?;
+                    audit::run_audit(test, &args, &dir, &extras, compliance)?;
+                    // Answers the audit cannot read fail it; the plan goes on.
+                    match audit::verify(test, &dir, &reference, &args, &b.verify_options()) {
+                        Ok(passed) => passed,
+                        Err(e) => {
+                            eprintln!("loadgen-node: {what} {test}: FAIL: {e:#}");
+                            false
+                        }
+                    }
                 }
             };
             if test == AuditTest::Test01 {
