@@ -439,6 +439,9 @@ sut = "{}"
 engine = "{engine}"
 run_flags = ["--sample-bytes", "64", "--total-sample-count", "256"]
 
+[system_description]
+status = "available"
+
 [[benchmark]]
 model = "gpt-oss-120b"
 scenarios = ["Offline"]
@@ -447,7 +450,7 @@ accuracy_command = "{check}"
 [benchmark.settings]
 min_duration = 1000
 [benchmark.settings.Offline]
-target_qps = 2000
+target_qps = 20000
 "#,
             node.addr
         )
@@ -564,7 +567,9 @@ target_qps = 2000
         verify09
     );
     // The checker: nothing of the audits among its complaints.
+    assert!(dir.join("checker.log").is_file(), "{out}");
     let errors = checker_errors(&dir);
+    eprintln!("the checker's complaints: {errors:#?}");
     assert!(
         errors
             .iter()
@@ -607,7 +612,7 @@ scenarios = ["Offline"]
 [benchmark.settings]
 min_duration = 1000
 [benchmark.settings.Offline]
-target_qps = 2000
+target_qps = 20000
 "#,
             node.addr
         ),

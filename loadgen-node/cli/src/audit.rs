@@ -238,11 +238,9 @@ pub fn run_audit(
     for d in [&test_dir, &run_extras] {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
-    let config = run_extras.join("audit.config");
-    std::fs::write(&config, compliance::audit_config(test, &base.model))
-        .with_context(|| format!("cannot write {}", config.display()))?;
     let mut args = base.clone();
     args.no_trace = true;
+    let mut text = compliance::audit_config(test, &base.model);
     if test == AuditTest::Test07 {
         // The compliance data set, whole: its own samples, none synthetic.
         let Some(data) = compliance_dataset else {
@@ -251,8 +249,32 @@ pub fn run_audit(
         args.dataset = Some(data.to_path_buf());
         args.total_sample_count = None;
         args.sample_bytes = None;
-        args.performance_sample_count = None;
     }
+    if matches!(test, AuditTest::Test07 | AuditTest::Test09) {
+        // Every sample of the run's data set, each once: all of them loaded
+        // (over mlperf.conf's performance sample count of the full data
+        // set), and as many queries as samples where the data set is not
+        // the benchmark's full one.
+        let (data, _) = crate::plan::data_set(&args, &args.model)?;
+        let total = data.total();
+        args.performance_sample_count = Some(total);
+        args.set
+            .retain(|kv| kv.key != "performance_sample_count_override");
+        args.set.push(
+            format!("performance_sample_count_override={total}")
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+        );
+        text = text
+            .lines()
+            .map(|l| match l.starts_with("*.*.min_query_count = ") {
+                true => format!("*.*.min_query_count = {total}\n"),
+                false => format!("{l}\n"),
+            })
+            .collect();
+    }
+    let config = run_extras.join("audit.config");
+    std::fs::write(&config, text).with_context(|| format!("cannot write {}", config.display()))?;
     let perf = performance_dir(&test_dir);
     run_into(&args, &perf, &run_extras, None, Some(config), test.name())?;
     if test.logs_answers() {
