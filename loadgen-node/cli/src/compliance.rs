@@ -1031,7 +1031,9 @@ pub fn test08(reference: &Path, test: &Path, tolerance: f64) -> Result<Report, C
         "Verifying accuracy. This might take a while...".to_string(),
         "Reading accuracy mode results...".to_string(),
     ];
-    let mut known: HashMap<(i64, i64), (f64, Vec<f64>, Vec<f64>)> = HashMap::new();
+    // Each request's normalized entropy, labels and weights.
+    type Request = (f64, Vec<f64>, Vec<f64>);
+    let mut known: HashMap<(i64, i64), Request> = HashMap::new();
     for (n, e) in reference_entries.iter().enumerate() {
         let data = floats(reference, n, e)?;
         let key = request_key(reference, n, e, &data)?;
