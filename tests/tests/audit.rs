@@ -328,3 +328,44 @@ fn test06_agrees_with_the_official_script() {
         }
     }
 }
+
+/// TEST07 without its accuracy script or its compliance data set is refused
+/// before anything runs, naming the flag.
+#[test]
+fn test07_is_refused_without_its_script_or_data_set() {
+    let closed = tests::ClosedPort::new();
+    let scratch = scratch("audit-t07");
+    let tree = scratch.join("tree");
+    let out = tree.display().to_string();
+    let sut = closed.addr();
+    let base = [
+        "audit",
+        "TEST07",
+        "--sut",
+        &sut,
+        "--model",
+        "gpt-oss-120b",
+        "--scenario",
+        "Offline",
+        "--output-dir",
+        &out,
+    ];
+    let o = loadgen(&base);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--accuracy-command"), "{err}");
+    let mut args = base.to_vec();
+    args.extend(["--accuracy-command", "true"]);
+    let o = loadgen(&args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--compliance-dataset DIR") && err.contains("990 samples"),
+        "{err}"
+    );
+    let missing = scratch.join("none").display().to_string();
+    args.extend(["--compliance-dataset", &missing]);
+    let err = text(&loadgen(&args).stderr);
+    assert!(err.contains("not a directory"), "{err}");
+    assert!(!tree.exists(), "nothing was run");
+}

@@ -411,7 +411,7 @@ fn gpt_oss_tree(engine: &str) {
             "64",
         ],
     );
-    let dir = scratch("submission-gpt-oss");
+    let dir = scratch(&format!("submission-gpt-oss-{engine}"));
     let compliance = dir.join("gpqa_compliance");
     npy_dataset(&compliance, 990);
     let lg = tests::binary("loadgen-node").display().to_string();
