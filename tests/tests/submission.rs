@@ -584,6 +584,17 @@ target_qps = 20000
 /// entry, and the plan goes on to its table.
 #[test]
 fn a_dlrm_v3_tree_runs_test08() {
+    dlrm_tree("native");
+}
+
+/// The same with the official LoadGen.
+#[cfg(feature = "official-loadgen")]
+#[test]
+fn a_dlrm_v3_tree_runs_test08_with_the_official_engine() {
+    dlrm_tree("official");
+}
+
+fn dlrm_tree(engine: &str) {
     let node = SutNode::start(
         "dlrm",
         &[
@@ -595,7 +606,7 @@ fn a_dlrm_v3_tree_runs_test08() {
             "64",
         ],
     );
-    let dir = scratch("submission-dlrm");
+    let dir = scratch(&format!("submission-dlrm-{engine}"));
     let plan_path = dir.join("plan.toml");
     std::fs::write(
         &plan_path,
@@ -604,6 +615,7 @@ fn a_dlrm_v3_tree_runs_test08() {
 system = "synthetic_sut"
 submitter = "MLPerfNet"
 sut = "{}"
+engine = "{engine}"
 run_flags = ["--sample-bytes", "64", "--total-sample-count", "256"]
 
 [[benchmark]]
