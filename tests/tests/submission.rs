@@ -4,6 +4,8 @@
 //! without redoing finished runs; bad plans and dead nodes refused with the
 //! tree untouched. With MLPERF_INFERENCE_DIR set, the official checker runs
 //! on the tree and its verdict is shown (shortened runs cannot pass it).
+//! gpt-oss-120b's TEST07 and TEST09 and dlrm-v3's TEST08 run in trees of
+//! their own, with both engines.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
