@@ -328,3 +328,141 @@ fn test06_agrees_with_the_official_script() {
         }
     }
 }
+
+/// TEST07 without its accuracy script or its compliance data set is refused
+/// before anything runs, naming the flag.
+#[test]
+fn test07_is_refused_without_its_script_or_data_set() {
+    let closed = tests::ClosedPort::new();
+    let scratch = scratch("audit-t07");
+    let tree = scratch.join("tree");
+    let out = tree.display().to_string();
+    let sut = closed.addr();
+    let base = [
+        "audit",
+        "TEST07",
+        "--sut",
+        &sut,
+        "--model",
+        "gpt-oss-120b",
+        "--scenario",
+        "Offline",
+        "--output-dir",
+        &out,
+    ];
+    let o = loadgen(&base);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--accuracy-command"), "{err}");
+    let mut args = base.to_vec();
+    args.extend(["--accuracy-command", "true"]);
+    let o = loadgen(&args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--compliance-dataset DIR") && err.contains("990 samples"),
+        "{err}"
+    );
+    let missing = scratch.join("none").display().to_string();
+    args.extend(["--compliance-dataset", &missing]);
+    let err = text(&loadgen(&args).stderr);
+    assert!(err.contains("not a directory"), "{err}");
+    assert!(!tree.exists(), "nothing was run");
+}
+
+fn f32_hex(v: &[f32]) -> String {
+    v.iter()
+        .flat_map(|x| x.to_le_bytes())
+        .map(|b| format!("{b:02X}"))
+        .collect()
+}
+
+/// TEST08's verification of DLRMv3 logs (`--verify-only`): requests matched
+/// by (ts_idx, query_idx), their normalized entropy compared; with
+/// MLPERF_INFERENCE_DIR set, the release's script prints the same lines.
+#[test]
+fn test08_agrees_with_the_official_script() {
+    let closed = tests::ClosedPort::new();
+    let scratch = scratch("audit-t08");
+    for (case, perf_predictions, passes) in [
+        ("same", [0.9f32, 0.2, 0.6], true),
+        ("changed", [0.5f32, 0.5, 0.5], false),
+    ] {
+        let dir = scratch.join(case);
+        let acc = |ts: f32, q: f32, p: &[f32]| {
+            let mut v = vec![ts, q];
+            v.extend(p);
+            v.extend(p.iter().map(|x| if *x > 0.5 { 1.0 } else { 0.0 }));
+            v.extend(p.iter().map(|_| 1.0));
+            v.push(p.len() as f32);
+            f32_hex(&v)
+        };
+        std::fs::create_dir_all(dir.join("accuracy")).unwrap();
+        std::fs::create_dir_all(dir.join("TEST08/accuracy")).unwrap();
+        std::fs::write(
+            dir.join("accuracy/mlperf_log_accuracy.json"),
+            format!(
+                "[{{\"seq_id\":0,\"qsl_idx\":0,\"data\":\"{}\"}},{{\"seq_id\":1,\"qsl_idx\":1,\"data\":\"{}\"}}]",
+                acc(1.0, 7.0, &[0.9, 0.2, 0.6]),
+                acc(2.0, 8.0, &[0.3, 0.7, 0.1])
+            ),
+        )
+        .unwrap();
+        let mut perf = vec![1.0f32, 7.0];
+        perf.extend(perf_predictions);
+        std::fs::write(
+            dir.join("TEST08/accuracy/mlperf_log_accuracy.json"),
+            format!(
+                "[{{\"seq_id\":4,\"qsl_idx\":0,\"data\":\"{}\"}}]",
+                f32_hex(&perf)
+            ),
+        )
+        .unwrap();
+        let out = dir.display().to_string();
+        let sut = closed.addr();
+        let o = loadgen(&[
+            "audit",
+            "TEST08",
+            "--verify-only",
+            "--sut",
+            &sut,
+            "--model",
+            "dlrm-v3",
+            "--scenario",
+            "Offline",
+            "--output-dir",
+            &out,
+        ]);
+        let ours = text(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(if passes { 0 } else { 4 }),
+            "{ours}{}",
+            text(&o.stderr)
+        );
+        assert_eq!(read(&dir.join("TEST08/verify_accuracy.txt")), ours);
+        assert!(
+            ours.contains(if passes {
+                "\nTEST PASS\n"
+            } else {
+                "\nTEST FAIL\n"
+            }),
+            "{ours}"
+        );
+        if let Some(root) = official() {
+            let s = |p: &str| dir.join(p).display().to_string();
+            let off = script(
+                &root,
+                &dir,
+                "TEST08/run_verification.py",
+                &[
+                    "-r",
+                    &s("accuracy/mlperf_log_accuracy.json"),
+                    "-t",
+                    &s("TEST08/accuracy/mlperf_log_accuracy.json"),
+                ],
+            );
+            assert_eq!(off, ours);
+        }
+    }
+}

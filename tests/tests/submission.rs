@@ -4,6 +4,8 @@
 //! without redoing finished runs; bad plans and dead nodes refused with the
 //! tree untouched. With MLPERF_INFERENCE_DIR set, the official checker runs
 //! on the tree and its verdict is shown (shortened runs cannot pass it).
+//! gpt-oss-120b's TEST07 and TEST09 and dlrm-v3's TEST08 run in trees of
+//! their own, with both engines.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation is its failure
 
 use std::path::Path;
@@ -352,4 +354,304 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
         assert!(out.contains("SUMMARY: submission"), "{out}");
         assert!(dir.join("checker.log").is_file());
     }
+}
+
+/// A compliance data set of `n` samples of 64 bytes, as `.npy` files.
+fn npy_dataset(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        let mut dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (64,), }".to_string();
+        let unpadded = 10 + dict.len() + 1;
+        dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+        dict.push('\n');
+        b.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+        b.extend_from_slice(dict.as_bytes());
+        b.extend((0..64).map(|k| (i * 7 + k) as u8));
+        std::fs::write(dir.join(format!("{i:04}.npy")), b).unwrap();
+    }
+}
+
+/// The checker's complaints of `checker.log`: its ERROR lines.
+fn checker_errors(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("checker.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("ERROR"))
+        .map(String::from)
+        .collect()
+}
+
+/// gpt-oss-120b: an Offline tree whose TEST07 (on a compliance data set of
+/// 990 samples, scored by check-synthetic) and TEST09 (the answers' mean
+/// length, 1,278 tokens, within the release's bounds) pass, each
+/// verification written where the checker reads it; the runs' own files
+/// are written without a warning. With MLPERF_INFERENCE_DIR set, the
+/// release's verification scripts write the same files, and the checker's
+/// complaints are only the shortened runs' and the synthetic accuracy's.
+#[test]
+fn a_gpt_oss_120b_tree_passes_test07_and_test09() {
+    gpt_oss_tree("native");
+}
+
+/// The same tree with the official LoadGen, each run a process of its own.
+#[cfg(feature = "official-loadgen")]
+#[test]
+fn a_gpt_oss_120b_tree_passes_test07_and_test09_with_the_official_engine() {
+    gpt_oss_tree("official");
+}
+
+fn gpt_oss_tree(engine: &str) {
+    let node = SutNode::start(
+        "gpt-oss",
+        &[
+            "--benchmark",
+            "gpt-oss-120b",
+            "--service-time",
+            "fixed:1000",
+            "--max-batch-size",
+            "64",
+        ],
+    );
+    let dir = scratch(&format!("submission-gpt-oss-{engine}"));
+    let compliance = dir.join("gpqa_compliance");
+    npy_dataset(&compliance, 990);
+    let lg = tests::binary("loadgen-node").display().to_string();
+    let check = format!(
+        "{lg} check-synthetic --model gpt-oss-120b --sample-bytes 64 --total-sample-count 256 \
+         --accuracy-log {{accuracy_log}}"
+    );
+    let check07 = format!(
+        "{lg} check-synthetic --model gpt-oss-120b --dataset {} --accuracy-log {{accuracy_log}}",
+        compliance.display()
+    );
+    let body = |with_test07: bool| {
+        let test07 = match with_test07 {
+            true => format!(
+                "compliance_dataset = \"gpqa_compliance\"\ncompliance_accuracy_command = \"{check07}\"\n\
+                 score_pattern = 'accuracy=([\\d.]+)%'\n"
+            ),
+            false => String::new(),
+        };
+        format!(
+            r#"
+system = "synthetic_sut"
+submitter = "MLPerfNet"
+sut = "{}"
+engine = "{engine}"
+run_flags = ["--sample-bytes", "64", "--total-sample-count", "256"]
+
+[system_description]
+status = "available"
+
+[[benchmark]]
+model = "gpt-oss-120b"
+scenarios = ["Offline"]
+accuracy_command = "{check}"
+{test07}
+[benchmark.settings]
+min_duration = 1000
+[benchmark.settings.Offline]
+target_qps = 20000
+"#,
+            node.addr
+        )
+    };
+    let plan_path = dir.join("plan.toml");
+    let plan_arg = plan_path.display().to_string();
+
+    // Without the compliance data set the plan is refused, naming the key,
+    // before anything runs.
+    std::fs::write(&plan_path, body(false)).unwrap();
+    let o = loadgen(&["submission", &plan_arg, "--no-preflight"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("compliance_dataset"), "{err}");
+    assert!(!dir.join("submission").exists());
+
+    std::fs::write(&plan_path, body(true)).unwrap();
+    let mut args = vec!["submission", &plan_arg, "--no-preflight"];
+    let inference = tests::inference_checkout("the official scripts and checker");
+    let inference_arg = inference.as_ref().map(|p| p.display().to_string());
+    if let Some(i) = &inference_arg {
+        args.extend(["--inference", i]);
+    }
+    let o = loadgen(&args);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("gpt-oss-120b Offline "))
+        .unwrap_or_else(|| panic!("no row: {out}{err}"))
+        .to_string();
+    assert!(row.contains("TEST07: PASS"), "{row}\n{out}{err}");
+    assert!(row.contains("TEST09: PASS"), "{row}\n{out}{err}");
+    assert!(!err.contains("warning: cannot write"), "{err}");
+    let d = dir.join("submission/network/MLPerfNet/results/synthetic_sut/gpt-oss-120b/Offline");
+    for f in [
+        "TEST07/verify_accuracy.txt",
+        "TEST07/accuracy/mlperf_log_accuracy.json",
+        "TEST07/performance/run_1/mlperf_log_summary.txt",
+        "TEST07/performance/run_1/mlperf_log_detail.txt",
+        "TEST09/verify_output_len.txt",
+        "TEST09/accuracy/mlperf_log_accuracy.json",
+        "TEST09/performance/run_1/mlperf_log_detail.txt",
+    ] {
+        assert!(d.join(f).is_file(), "{f} is missing");
+    }
+    let verify07 = std::fs::read_to_string(d.join("TEST07/verify_accuracy.txt")).unwrap();
+    assert!(verify07.contains("Accuracy score: 100.0\n"), "{verify07}");
+    assert!(
+        verify07.contains("accuracy=100.000%, good=990, total=990"),
+        "{verify07}"
+    );
+    let verify09 = std::fs::read_to_string(d.join("TEST09/verify_output_len.txt")).unwrap();
+    assert!(
+        verify09.contains("Mean output tokens: 1278.00\n"),
+        "{verify09}"
+    );
+    // Every run's own files, beside the plan.
+    let extras = dir.join("run_extras/synthetic_sut/gpt-oss-120b/Offline");
+    for run in ["accuracy", "performance", "TEST07", "TEST09"] {
+        let f = extras.join(run).join("mlperf_net_breakdown.json");
+        assert!(f.is_file(), "{} is missing", f.display());
+    }
+
+    let Some(root) = inference else {
+        return;
+    };
+    // The release's scripts, on the same logs, write the same files.
+    let official = |script: &str, extra: &[&str]| {
+        let cwd = dir.join(format!("official-{script}"));
+        std::fs::create_dir_all(&cwd).unwrap();
+        let o = std::process::Command::new("python3")
+            .arg(
+                root.join("compliance")
+                    .join(script)
+                    .join("run_verification.py"),
+            )
+            .args(extra)
+            .current_dir(&cwd)
+            .output()
+            .expect("python3 runs");
+        assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+        cwd
+    };
+    let acc07 = d.join("TEST07/accuracy").display().to_string();
+    let config07 = extras.join("TEST07/audit.config").display().to_string();
+    let out_dir = dir.join("official-out").display().to_string();
+    let cwd = official(
+        "TEST07",
+        &[
+            "-c",
+            &acc07,
+            "-o",
+            &out_dir,
+            "--accuracy-script",
+            &check07,
+            "--audit-config",
+            &config07,
+            "--score-pattern",
+            r"accuracy=([\d.]+)%",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.join("verify_accuracy.txt")).unwrap(),
+        verify07
+    );
+    let acc09 = d.join("TEST09/accuracy").display().to_string();
+    let config09 = extras.join("TEST09/audit.config").display().to_string();
+    let cwd = official(
+        "TEST09",
+        &["-c", &acc09, "-o", &out_dir, "--audit-config", &config09],
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.join("verify_output_len.txt")).unwrap(),
+        verify09
+    );
+    // The checker: nothing of the audits among its complaints.
+    assert!(dir.join("checker.log").is_file(), "{out}");
+    let errors = checker_errors(&dir);
+    eprintln!("the checker's complaints: {errors:#?}");
+    assert!(
+        errors
+            .iter()
+            .all(|l| !l.contains("TEST0") && !l.contains("ompliance")),
+        "{errors:#?}"
+    );
+}
+
+/// dlrm-v3 with 64-byte samples: TEST08 runs after the accuracy run and is
+/// verified; the synthetic backend's answers are bytes, not TEST08's layout
+/// of float32 requests, so the verification fails naming the file and the
+/// entry, and the plan goes on to its table.
+#[test]
+fn a_dlrm_v3_tree_runs_test08() {
+    dlrm_tree("native");
+}
+
+/// The same with the official LoadGen.
+#[cfg(feature = "official-loadgen")]
+#[test]
+fn a_dlrm_v3_tree_runs_test08_with_the_official_engine() {
+    dlrm_tree("official");
+}
+
+fn dlrm_tree(engine: &str) {
+    let node = SutNode::start(
+        "dlrm",
+        &[
+            "--benchmark",
+            "dlrm-v3",
+            "--service-time",
+            "fixed:1000",
+            "--max-batch-size",
+            "64",
+        ],
+    );
+    let dir = scratch(&format!("submission-dlrm-{engine}"));
+    let plan_path = dir.join("plan.toml");
+    std::fs::write(
+        &plan_path,
+        format!(
+            r#"
+system = "synthetic_sut"
+submitter = "MLPerfNet"
+sut = "{}"
+engine = "{engine}"
+run_flags = ["--sample-bytes", "64", "--total-sample-count", "256"]
+
+[[benchmark]]
+model = "dlrm-v3"
+scenarios = ["Offline"]
+[benchmark.settings]
+min_duration = 1000
+[benchmark.settings.Offline]
+target_qps = 20000
+"#,
+            node.addr
+        ),
+    )
+    .unwrap();
+    let o = loadgen(&[
+        "submission",
+        &plan_path.display().to_string(),
+        "--no-preflight",
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("dlrm-v3 Offline "))
+        .unwrap_or_else(|| panic!("no row: {out}{err}"))
+        .to_string();
+    assert!(row.contains("TEST08: FAIL"), "{row}\n{err}");
+    assert!(
+        err.contains("TEST08: FAIL:") && err.contains("entry 0"),
+        "{err}"
+    );
+    assert!(!err.contains("warning: cannot write"), "{err}");
+    let d = dir.join("submission/network/MLPerfNet/results/synthetic_sut/dlrm-v3/Offline");
+    assert!(d.join("TEST08/accuracy/mlperf_log_accuracy.json").is_file());
+    assert!(d
+        .join("TEST08/performance/run_1/mlperf_log_detail.txt")
+        .is_file());
 }

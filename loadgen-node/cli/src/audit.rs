@@ -1,10 +1,14 @@
-//! `loadgen-node audit TEST01|TEST04|TEST06`: one compliance audit of one
-//! benchmark and scenario, laid out as the submission checker reads it.
+//! `loadgen-node audit TEST01|TEST04|TEST06|TEST07|TEST08|TEST09`: one
+//! compliance audit of one benchmark and scenario, laid out as the
+//! submission checker reads it.
 //!
 //! `--output-dir` is the scenario's results directory. The reference runs go
 //! to `performance/run_1` and `accuracy` (made only when missing), the audit
 //! run and its verification to `TESTxx/`: `audit.config`, `performance/run_1`,
-//! `accuracy`, `verify_accuracy.txt`, `verify_performance.txt`. Nothing else
+//! `accuracy`, `verify_accuracy.txt`, `verify_performance.txt` (TEST09:
+//! `verify_output_len.txt`). TEST07 runs on the benchmark's compliance data
+//! set (`--compliance-dataset`) and is scored by `--accuracy-command`; TEST08
+//! compares with the reference accuracy run. Nothing else
 //! goes there: each run's own files (latency breakdown, merged user.conf)
 //! go to `--extras-dir` [default: `run_extras/` in the working directory,
 //! then the last three parts of the output directory, e.g.
@@ -24,8 +28,25 @@ use crate::exit::Exit;
 /// The flags of `loadgen-node audit`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AuditArgs {
-    /// The audit: TEST01, TEST04 or TEST06 (only those the benchmark requires).
+    /// The audit: TEST01, TEST04, TEST06, TEST07, TEST08 or TEST09 (only
+    /// those the benchmark requires).
     pub test: AuditTest,
+
+    /// TEST07: the benchmark's compliance data set, a directory of `.npy`
+    /// samples as --dataset takes them (gpt-oss-120b: 990 samples).
+    #[arg(long, value_name = "DIR")]
+    pub compliance_dataset: Option<PathBuf>,
+
+    /// TEST07: the accuracy script run on the audit's accuracy log
+    /// (`{accuracy_log}` stands for its path), through `sh -c`.
+    #[arg(long, value_name = "COMMAND")]
+    pub accuracy_command: Option<String>,
+
+    /// TEST07: the pattern of the score in the accuracy script's output,
+    /// its first group the number [default: the benchmark's, e.g.
+    /// `'exact_match':\s*([\d.]+)`].
+    #[arg(long, value_name = "REGEX")]
+    pub score_pattern: Option<String>,
 
     /// Element type of the answers in the accuracy logs, as the official
     /// scripts' --dtype [default: byte for TEST01, int32 for TEST06].
@@ -52,27 +73,35 @@ pub fn audit(args: &AuditArgs) -> Result<Exit> {
         bail!("--audit-config: the audit writes the official audit.config itself; drop the flag");
     }
     let dir = args.run.output_dir.clone();
+    let options = VerifyOptions {
+        dtype: args.dtype,
+        eos_token_id: args.eos_token_id,
+        accuracy_command: args.accuracy_command.clone(),
+        score_pattern: args.score_pattern.clone(),
+    };
+    if args.test == AuditTest::Test07 {
+        options.test07_command("--accuracy-command")?;
+    }
     if !args.verify_only {
         let extras = match &args.run.extras_dir {
             Some(e) => e.clone(),
             None => extras_for(Path::new("."), &dir),
         };
+        let compliance = compliance_dataset(
+            args.test,
+            &args.run.model,
+            args.compliance_dataset.as_deref(),
+            "--compliance-dataset",
+        )?;
         ensure_reference_runs(args.test, &args.run, &dir, &extras)?;
-        run_audit(args.test, &args.run, &dir, &extras)?;
+        run_audit(args.test, &args.run, &dir, &extras, compliance)?;
         eprintln!(
             "loadgen-node: the runs' own files (latency breakdowns) are in {}",
             extras.display()
         );
     }
     let reference = accuracy_dir(&dir).join("mlperf_log_accuracy.json");
-    let passed = verify(
-        args.test,
-        &dir,
-        &reference,
-        &args.run,
-        args.dtype,
-        args.eos_token_id,
-    )?;
+    let passed = verify(args.test, &dir, &reference, &args.run, &options)?;
     Ok(match passed {
         true => Exit::Done,
         false => Exit::AuditFailed,
@@ -175,7 +204,8 @@ pub fn ensure_reference_runs(
             "reference performance",
         )?;
     }
-    if test == AuditTest::Test01 && !run_done(&accuracy_dir(dir), true) {
+    if matches!(test, AuditTest::Test01 | AuditTest::Test08) && !run_done(&accuracy_dir(dir), true)
+    {
         run_into(
             base,
             &accuracy_dir(dir),
@@ -191,7 +221,13 @@ pub fn ensure_reference_runs(
 /// The audit run: the official settings in `<extras>/TESTxx/audit.config`
 /// (the tree has no place for it), logs in `TESTxx/performance/run_1`, its
 /// accuracy log moved to `TESTxx/accuracy`.
-pub fn run_audit(test: AuditTest, base: &RunArgs, dir: &Path, extras: &Path) -> Result<()> {
+pub fn run_audit(
+    test: AuditTest,
+    base: &RunArgs,
+    dir: &Path,
+    extras: &Path,
+    compliance_dataset: Option<&Path>,
+) -> Result<()> {
     let test_dir = dir.join(test.name());
     if test_dir.exists() {
         std::fs::remove_dir_all(&test_dir).with_context(|| {
@@ -202,14 +238,46 @@ pub fn run_audit(test: AuditTest, base: &RunArgs, dir: &Path, extras: &Path) -> 
     for d in [&test_dir, &run_extras] {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
-    let config = run_extras.join("audit.config");
-    std::fs::write(&config, compliance::audit_config(test, &base.model))
-        .with_context(|| format!("cannot write {}", config.display()))?;
     let mut args = base.clone();
     args.no_trace = true;
+    let mut text = compliance::audit_config(test, &base.model);
+    if test == AuditTest::Test07 {
+        // The compliance data set, whole: its own samples, none synthetic.
+        let Some(data) = compliance_dataset else {
+            bail!("TEST07 runs on the benchmark's compliance data set; none was given");
+        };
+        args.dataset = Some(data.to_path_buf());
+        args.total_sample_count = None;
+        args.sample_bytes = None;
+    }
+    if matches!(test, AuditTest::Test07 | AuditTest::Test09) {
+        // Every sample of the run's data set, each once: all of them loaded
+        // (over mlperf.conf's performance sample count of the full data
+        // set), and as many queries as samples where the data set is not
+        // the benchmark's full one.
+        let (data, _) = crate::plan::data_set(&args, &args.model)?;
+        let total = data.total();
+        args.performance_sample_count = Some(total);
+        args.set
+            .retain(|kv| kv.key != "performance_sample_count_override");
+        args.set.push(
+            format!("performance_sample_count_override={total}")
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+        );
+        text = text
+            .lines()
+            .map(|l| match l.starts_with("*.*.min_query_count = ") {
+                true => format!("*.*.min_query_count = {total}\n"),
+                false => format!("{l}\n"),
+            })
+            .collect();
+    }
+    let config = run_extras.join("audit.config");
+    std::fs::write(&config, text).with_context(|| format!("cannot write {}", config.display()))?;
     let perf = performance_dir(&test_dir);
     run_into(&args, &perf, &run_extras, None, Some(config), test.name())?;
-    if matches!(test, AuditTest::Test01 | AuditTest::Test06) {
+    if test.logs_answers() {
         let acc = accuracy_dir(&test_dir);
         std::fs::create_dir_all(&acc)
             .with_context(|| format!("cannot create {}", acc.display()))?;
@@ -224,26 +292,89 @@ fn write_report(path: &Path, report: &Report) -> Result<()> {
     std::fs::write(path, report.text()).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// The checks' settings beyond the run's flags.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// TEST01/TEST06: the answers' element type.
+    pub dtype: Option<Dtype>,
+    /// TEST06: the end-of-sequence token.
+    pub eos_token_id: i64,
+    /// TEST07: the accuracy script, `{accuracy_log}` its log.
+    pub accuracy_command: Option<String>,
+    /// TEST07: the score's pattern in its output.
+    pub score_pattern: Option<String>,
+}
+
+impl VerifyOptions {
+    /// TEST07's accuracy script, or a refusal naming `name`, the flag or
+    /// plan key that gives it.
+    pub fn test07_command(&self, name: &str) -> Result<&str> {
+        match self.accuracy_command.as_deref() {
+            Some(c) if !c.trim().is_empty() => Ok(c),
+            _ => bail!(
+                "TEST07 scores its accuracy log with the benchmark's accuracy script: give {name} \
+                 (`{{accuracy_log}}` stands for the log; against synthetic sut-nodes: \
+                 `loadgen-node check-synthetic --model MODEL --dataset COMPLIANCE_DIR \
+                 --accuracy-log {{accuracy_log}}` with the score pattern `accuracy=([\\d.]+)%`)"
+            ),
+        }
+    }
+}
+
+/// The compliance data set TEST07 needs, or a refusal naming `name`, the
+/// flag or plan key that gives it; None for the other audits.
+pub fn compliance_dataset<'a>(
+    test: AuditTest,
+    model: &str,
+    given: Option<&'a Path>,
+    name: &str,
+) -> Result<Option<&'a Path>> {
+    if test != AuditTest::Test07 {
+        return Ok(None);
+    }
+    let samples = compliance::test07_settings(model).map_or(0, |t| t.samples);
+    match given {
+        Some(dir) if dir.is_dir() => Ok(Some(dir)),
+        Some(dir) => bail!(
+            "{name} {}: not a directory (TEST07 needs {model}'s compliance data set, \
+             {samples} samples as .npy files)",
+            dir.display()
+        ),
+        None => bail!(
+            "TEST07 runs on {model}'s own compliance data set ({samples} samples, apart from the \
+             accuracy data set): give {name} DIR, a directory of its samples as .npy files, as \
+             --dataset takes them (docs/submission.md says how to make one for synthetic runs)"
+        ),
+    }
+}
+
 /// Verifies the audit's logs in `dir` by the test's published rules (TEST01
-/// against the accuracy log `reference`), writes the verification files
-/// where the checker reads them and prints what the official script prints.
-/// True when the audit passes.
+/// and TEST08 against the accuracy log `reference`), writes the
+/// verification files where the checker reads them and prints what the
+/// official script prints. True when the audit passes.
 pub fn verify(
     test: AuditTest,
     dir: &Path,
     reference: &Path,
     run: &RunArgs,
-    dtype: Option<Dtype>,
-    eos_token_id: i64,
+    options: &VerifyOptions,
 ) -> Result<bool> {
     let test_dir = dir.join(test.name());
     let audit_perf = performance_dir(&test_dir);
     let audit_acc = accuracy_dir(&test_dir).join("mlperf_log_accuracy.json");
     let show = |r: &Report| print!("{}", r.text());
+    let config = compliance::audit_config(test, &run.model);
+    let setting = |name: &str| {
+        compliance::audit_setting(&config, name)
+            .with_context(|| format!("{test}: no {name} for {} in the suite table", run.model))
+    };
     let passed = match test {
         AuditTest::Test01 => {
-            let acc =
-                compliance::test01_accuracy(reference, &audit_acc, dtype.unwrap_or(Dtype::Byte))?;
+            let acc = compliance::test01_accuracy(
+                reference,
+                &audit_acc,
+                options.dtype.unwrap_or(Dtype::Byte),
+            )?;
             let perf = compliance::test01_performance(
                 &performance_dir(dir).join("mlperf_log_detail.txt"),
                 &audit_perf.join("mlperf_log_detail.txt"),
@@ -279,10 +410,50 @@ pub fn verify(
             let report = compliance::test06(
                 &audit_acc,
                 run.scenario.as_str(),
-                dtype.unwrap_or(Dtype::Int32),
-                eos_token_id,
+                options.dtype.unwrap_or(Dtype::Int32),
+                options.eos_token_id,
             )?;
             write_report(&test_dir.join("verify_accuracy.txt"), &report)?;
+            show(&report);
+            report.passed
+        }
+        AuditTest::Test07 => {
+            let command = options
+                .test07_command("--accuracy-command")?
+                .replace("{accuracy_log}", &audit_acc.display().to_string());
+            let out = std::process::Command::new("sh")
+                .args(["-c", &format!("{command} 2>&1")])
+                .output()
+                .with_context(|| format!("TEST07: cannot start the accuracy script `{command}`"))?;
+            let output = String::from_utf8_lossy(&out.stdout);
+            let pattern = match &options.score_pattern {
+                Some(p) => p.clone(),
+                None => compliance::test07_settings(&run.model)
+                    .map(|t| t.score_pattern.to_string())
+                    .with_context(|| format!("TEST07: no score pattern for {}", run.model))?,
+            };
+            let report =
+                compliance::test07(&output, &pattern, setting("test07_accuracy_threshold")?)?;
+            write_report(&test_dir.join("verify_accuracy.txt"), &report)?;
+            show(&report);
+            println!("Accuracy check pass: {}", py_bool(report.passed));
+            println!("TEST07 verification complete");
+            report.passed
+        }
+        AuditTest::Test08 => {
+            let report =
+                compliance::test08(reference, &audit_acc, crate::benchmarks::TEST08_TOLERANCE)?;
+            write_report(&test_dir.join("verify_accuracy.txt"), &report)?;
+            show(&report);
+            report.passed
+        }
+        AuditTest::Test09 => {
+            let report = compliance::test09(
+                &audit_acc,
+                setting("test09_min_output_tokens")?,
+                setting("test09_max_output_tokens")?,
+            )?;
+            write_report(&test_dir.join("verify_output_len.txt"), &report)?;
             show(&report);
             report.passed
         }

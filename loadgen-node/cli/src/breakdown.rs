@@ -47,6 +47,7 @@ fn traffic(qdl: &QdlView) -> Vec<Counters> {
 
 /// `traffic`: each node's counters, in the breakdown's node order.
 pub fn write(b: &Breakdown, traffic: &[Counters], dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(FILE);
     let body =
         serde_json::to_string_pretty(&to_json(b, traffic)).context("encoding the breakdown")?;

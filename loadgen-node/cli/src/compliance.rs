@@ -1,5 +1,5 @@
 //! The compliance audits of an MLPerf Inference submission (TEST01, TEST04,
-//! TEST06): which benchmark needs which, the settings of each audit's
+//! TEST06, TEST07, TEST08, TEST09): which benchmark needs which, the settings of each audit's
 //! `audit.config`, and the published verification rules, implemented here so
 //! that a verdict needs no Python. Each verification returns the lines the
 //! official verification script prints, so a reader sees the same report.
@@ -20,7 +20,7 @@ pub enum ComplianceError {
     },
     #[error("{path}: {reason}")]
     Malformed { path: String, reason: String },
-    #[error("unknown audit test `{0}`: expected TEST01, TEST04 or TEST06")]
+    #[error("unknown audit test `{0}`: expected TEST01, TEST04, TEST06, TEST07, TEST08 or TEST09")]
     UnknownTest(String),
     #[error("{test} is not an audit that {model} requires (it requires: {required})")]
     NotRequired {
@@ -40,16 +40,35 @@ pub enum AuditTest {
     Test04,
     /// LLM output consistency: first token, EOS and token count.
     Test06,
+    /// Accuracy in performance mode on the benchmark's compliance data set:
+    /// every sample logged and scored against a threshold.
+    Test07,
+    /// DLRMv3's accuracy in performance mode: sampled answers' normalized
+    /// entropy equals the accuracy run's, matched by (ts_idx, query_idx).
+    Test08,
+    /// Output length in performance mode: every sample logged, the mean
+    /// length in tokens within bounds.
+    Test09,
 }
 
 impl AuditTest {
-    pub const ALL: [AuditTest; 3] = [AuditTest::Test01, AuditTest::Test04, AuditTest::Test06];
+    pub const ALL: [AuditTest; 6] = [
+        AuditTest::Test01,
+        AuditTest::Test04,
+        AuditTest::Test06,
+        AuditTest::Test07,
+        AuditTest::Test08,
+        AuditTest::Test09,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             AuditTest::Test01 => "TEST01",
             AuditTest::Test04 => "TEST04",
             AuditTest::Test06 => "TEST06",
+            AuditTest::Test07 => "TEST07",
+            AuditTest::Test08 => "TEST08",
+            AuditTest::Test09 => "TEST09",
         }
     }
 }
@@ -73,12 +92,19 @@ impl std::str::FromStr for AuditTest {
 impl AuditTest {
     /// The audit of the table this node runs, if it runs it.
     pub fn of(audit: Audit) -> Option<AuditTest> {
-        match audit {
-            Audit::Test01 => Some(AuditTest::Test01),
-            Audit::Test04 => Some(AuditTest::Test04),
-            Audit::Test06 => Some(AuditTest::Test06),
-            Audit::Test07 | Audit::Test08 | Audit::Test09 => None,
-        }
+        Some(match audit {
+            Audit::Test01 => AuditTest::Test01,
+            Audit::Test04 => AuditTest::Test04,
+            Audit::Test06 => AuditTest::Test06,
+            Audit::Test07 => AuditTest::Test07,
+            Audit::Test08 => AuditTest::Test08,
+            Audit::Test09 => AuditTest::Test09,
+        })
+    }
+
+    /// Whether its run logs answers that go to `TESTxx/accuracy`.
+    pub fn logs_answers(self) -> bool {
+        !matches!(self, AuditTest::Test04)
     }
 }
 
@@ -144,7 +170,71 @@ pub fn audit_config(test: AuditTest, model: &str) -> String {
              *.*.accuracy_log_sampling_target = 100\n*.*.min_query_count = 100\n\
              *.*.min_duration = 0\n*.*.sample_concatenate_permutation = 0\n"
         ),
+        // Every sample of the compliance data set, each once.
+        AuditTest::Test07 => {
+            let t = test07_settings(model);
+            let (samples, threshold) = t.map_or((0, "0"), |t| (t.samples, t.accuracy_threshold));
+            format!(
+                "*.*.mode = 2\n*.*.accuracy_log_rng_seed = {AUDIT_ACCURACY_SEED}\n\
+                 *.*.accuracy_log_sampling_target = {samples}\n*.*.min_query_count = {samples}\n\
+                 *.*.min_duration = 0\n*.*.performance_issue_unique = 1\n\
+                 *.*.sample_concatenate_permutation = 0\n\
+                 *.*.test07_accuracy_threshold = {threshold}\n"
+            )
+        }
+        AuditTest::Test08 => format!(
+            "*.*.mode = 2\n*.*.accuracy_log_rng_seed = {AUDIT_ACCURACY_SEED}\n\
+             *.*.accuracy_log_sampling_target = 4096\n"
+        ),
+        // Every sample of the data set, each once.
+        AuditTest::Test09 => {
+            let samples = benchmarks::find(model).map_or(0, |b| b.total_samples);
+            let (min, max) = test09_settings(model)
+                .map_or(("0", "0"), |t| (t.min_output_tokens, t.max_output_tokens));
+            format!(
+                "*.*.mode = 2\n*.*.accuracy_log_rng_seed = {AUDIT_ACCURACY_SEED}\n\
+                 *.*.accuracy_log_sampling_target = {}\n*.*.min_query_count = {samples}\n\
+                 *.*.min_duration = 0\n*.*.performance_issue_unique = 1\n\
+                 *.*.sample_concatenate_permutation = 0\n\
+                 *.*.test09_min_output_tokens = {min}\n*.*.test09_max_output_tokens = {max}\n",
+                samples.max(10_000)
+            )
+        }
     }
+}
+
+/// TEST07's settings of `model`, from the suite table.
+pub fn test07_settings(model: &str) -> Option<benchmarks::Test07> {
+    benchmarks::find(model).and_then(|b| b.test07)
+}
+
+/// TEST09's settings of `model`, from the suite table.
+pub fn test09_settings(model: &str) -> Option<benchmarks::Test09> {
+    benchmarks::find(model).and_then(|b| b.test09)
+}
+
+/// The value of an audit.config setting (`*.*.name = value`), as the
+/// verification scripts read it: the last line whose key ends in `name`,
+/// a comment after `#` dropped.
+pub fn audit_setting(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let parts: Vec<&str> = key.trim().split('.').collect();
+        if parts.len() >= 3 && parts.last() == Some(&name) {
+            let value = value.split('#').next().unwrap_or("").trim();
+            if let Ok(v) = value.parse::<f64>() {
+                found = Some(v);
+            }
+        }
+    }
+    found
 }
 
 /// Element type of the accuracy-log data, as the verification scripts'
@@ -746,6 +836,297 @@ pub fn test06(
     Ok(Report { passed, lines })
 }
 
+/// The entries of an accuracy log as JSON values, for the audits that read
+/// keys beyond qsl_idx and data.
+fn log_values(path: &Path) -> Result<Vec<Value>, ComplianceError> {
+    serde_json::from_str(&read(path)?)
+        .map_err(|e| malformed(path, format!("not a JSON array: {e}")))
+}
+
+/// `entry N (qsl_idx Q)` of an accuracy-log entry, for messages.
+fn entry_name(n: usize, e: &Value) -> String {
+    match e["qsl_idx"].as_u64() {
+        Some(q) => format!("entry {n} (qsl_idx {q})"),
+        None => format!("entry {n}"),
+    }
+}
+
+const RULE: &str =
+    "================================================================================";
+
+/// TEST09's check of an audit run's accuracy log: the mean answer length in
+/// tokens (4-byte little-endian ids; an entry without data, or whose data is
+/// not hexadecimal, counts 0) within `[min, max]`. The lines are those the
+/// official script writes to `verify_output_len.txt`.
+pub fn test09(accuracy: &Path, min: f64, max: f64) -> Result<Report, ComplianceError> {
+    let entries = log_values(accuracy)?;
+    if entries.is_empty() {
+        return Err(malformed(accuracy, "no entries in the accuracy log"));
+    }
+    let lengths: Vec<u64> = entries
+        .iter()
+        .map(|e| match e["data"].as_str() {
+            Some(hex) if !hex.is_empty() => from_hex(hex).map_or(0, |b| (b.len() / 4) as u64),
+            _ => 0,
+        })
+        .collect();
+    let n = lengths.len() as f64;
+    let mean = lengths.iter().sum::<u64>() as f64 / n;
+    let variance = lengths
+        .iter()
+        .map(|&x| (x as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let (shortest, longest) = (
+        lengths.iter().min().copied().unwrap_or(0),
+        lengths.iter().max().copied().unwrap_or(0),
+    );
+    let (min_pass, max_pass) = (mean >= min, mean <= max);
+    let passed = min_pass && max_pass;
+    let shown = |b: bool| if b { "True" } else { "False" };
+    let lines = vec![
+        RULE.to_string(),
+        "TEST09: Verify Output Token Length in Performance Mode".into(),
+        RULE.into(),
+        String::new(),
+        "Output Token Length Statistics".into(),
+        "-".repeat(40),
+        format!("Total samples: {}", lengths.len()),
+        format!("Mean output tokens: {mean:.2}"),
+        format!("Min output tokens: {shortest}"),
+        format!("Max output tokens: {longest}"),
+        format!("Std deviation: {:.2}", variance.sqrt()),
+        String::new(),
+        RULE.into(),
+        "Verification Results".into(),
+        RULE.into(),
+        format!("Mean output tokens: {mean:.2}"),
+        format!("Min threshold: {}", py_float(min)),
+        format!("Max threshold: {}", py_float(max)),
+        format!("Min check pass: {}", shown(min_pass)),
+        format!("Max check pass: {}", shown(max_pass)),
+        String::new(),
+        if passed { "TEST PASS" } else { "TEST FAIL" }.into(),
+    ];
+    Ok(Report { passed, lines })
+}
+
+/// TEST07's verification: `output` is what the accuracy script printed
+/// (stdout and stderr together), scored by `pattern`'s first group against
+/// `threshold`. The lines are those the official script writes to
+/// `verify_accuracy.txt`: the script's output, then the summary.
+pub fn test07(output: &str, pattern: &str, threshold: f64) -> Result<Report, ComplianceError> {
+    let re = regex::Regex::new(pattern).map_err(|e| ComplianceError::Malformed {
+        path: "the score pattern".into(),
+        reason: e.to_string(),
+    })?;
+    let score = re
+        .captures(output)
+        .and_then(|c| c.get(1))
+        .and_then(|m| m.as_str().parse::<f64>().ok());
+    let mut lines: Vec<String> = output.lines().map(String::from).collect();
+    lines.extend([
+        String::new(),
+        RULE.into(),
+        "TEST07 Verification Summary".into(),
+        RULE.into(),
+    ]);
+    let passed = match score {
+        Some(score) => {
+            let passed = score >= threshold;
+            lines.extend([
+                format!("Accuracy score: {}", py_float(score)),
+                format!("Accuracy threshold: {}", py_float(threshold)),
+                format!(
+                    "Accuracy check pass: {}",
+                    if passed { "True" } else { "False" }
+                ),
+            ]);
+            passed
+        }
+        None => {
+            lines.push("Error: Could not parse accuracy score".into());
+            false
+        }
+    };
+    lines.push(if passed { "TEST PASS" } else { "TEST FAIL" }.into());
+    Ok(Report { passed, lines })
+}
+
+/// Normalized entropy of one DLRMv3 request, as TEST08 computes it.
+fn normalized_entropy(predictions: &[f64], labels: &[f64], weights: &[f64]) -> f64 {
+    const EPS: f64 = 1e-7;
+    let clip = |x: f64| x.clamp(EPS, 1.0 - EPS);
+    let total: f64 = weights.iter().sum();
+    if total == 0.0 {
+        return 0.0;
+    }
+    let cross: f64 = -predictions
+        .iter()
+        .zip(labels)
+        .zip(weights)
+        .map(|((&p, &l), &w)| {
+            let (p, l) = (clip(p), clip(l));
+            w * (l * p.ln() + (1.0 - l) * (1.0 - p).ln())
+        })
+        .sum::<f64>();
+    let p = clip(
+        labels
+            .iter()
+            .zip(weights)
+            .map(|(&l, &w)| w * clip(l))
+            .sum::<f64>()
+            / total,
+    );
+    let baseline = -p * p.ln() - (1.0 - p) * (1.0 - p).ln();
+    if baseline == 0.0 {
+        return 0.0;
+    }
+    cross / (baseline * total)
+}
+
+/// One DLRMv3 answer as float32 values.
+fn floats(path: &Path, n: usize, e: &Value) -> Result<Vec<f64>, ComplianceError> {
+    let bad = |why: &str| malformed(path, format!("{}: {why}", entry_name(n, e)));
+    let hex = e["data"].as_str().ok_or_else(|| bad("no data"))?;
+    match elements(hex, Dtype::Float32) {
+        Some(v) => Ok(v
+            .into_iter()
+            .map(|x| match x {
+                Element::Float(f) => f,
+                Element::Int(i) => i as f64,
+            })
+            .collect()),
+        None => Err(bad("data is not a whole number of float32 values")),
+    }
+}
+
+/// The (ts_idx, query_idx) of a DLRMv3 answer.
+fn request_key(
+    path: &Path,
+    n: usize,
+    e: &Value,
+    data: &[f64],
+) -> Result<(i64, i64), ComplianceError> {
+    match data {
+        [ts, q, ..] if ts.is_finite() && q.is_finite() => Ok((*ts as i64, *q as i64)),
+        _ => Err(malformed(
+            path,
+            format!("{}: no finite ts_idx and query_idx", entry_name(n, e)),
+        )),
+    }
+}
+
+/// TEST08's check: each answer of the audit run (`[ts_idx, query_idx,
+/// predictions...]` as float32) is matched with the accuracy run's
+/// (`[ts_idx, query_idx, predictions, labels, weights, candidates]`) by
+/// `(ts_idx, query_idx)`; its normalized entropy, on the accuracy run's
+/// labels and weights, must be within `tolerance` of the accuracy run's.
+/// The lines are those the official script prints. An entry in neither
+/// layout is refused with its file and entry, where the script stops.
+pub fn test08(reference: &Path, test: &Path, tolerance: f64) -> Result<Report, ComplianceError> {
+    let reference_entries = log_values(reference)?;
+    let test_entries = log_values(test)?;
+    let mut lines = vec![
+        "Verifying accuracy. This might take a while...".to_string(),
+        "Reading accuracy mode results...".to_string(),
+    ];
+    // Each request's normalized entropy, labels and weights.
+    type Request = (f64, Vec<f64>, Vec<f64>);
+    let mut known: HashMap<(i64, i64), Request> = HashMap::new();
+    for (n, e) in reference_entries.iter().enumerate() {
+        let data = floats(reference, n, e)?;
+        let key = request_key(reference, n, e, &data)?;
+        let candidates = data.last().copied().unwrap_or(f64::NAN);
+        let layout = || {
+            malformed(
+                reference,
+                format!(
+                    "{}: not [ts_idx, query_idx, predictions, labels, weights, candidates] \
+                     ({} values, the last {})",
+                    entry_name(n, e),
+                    data.len(),
+                    py_float(candidates)
+                ),
+            )
+        };
+        if !candidates.is_finite() || candidates < 0.0 {
+            return Err(layout());
+        }
+        let c = candidates.trunc() as usize;
+        if data.len() != 3 + 3 * c {
+            return Err(layout());
+        }
+        let predictions = &data[2..2 + c];
+        let labels = data[2 + c..2 + 2 * c].to_vec();
+        let weights = data[2 + 2 * c..2 + 3 * c].to_vec();
+        let ne = normalized_entropy(predictions, &labels, &weights);
+        known.insert(key, (ne, labels, weights));
+    }
+    lines.push("Reading performance mode results...".into());
+    let (mut matched, mut unmatched, mut mismatches) = (0, 0, 0);
+    for (n, e) in test_entries.iter().enumerate() {
+        let data = floats(test, n, e)?;
+        let key = request_key(test, n, e, &data)?;
+        let Some((acc_ne, labels, weights)) = known.get(&key) else {
+            unmatched += 1;
+            continue;
+        };
+        matched += 1;
+        let predictions = &data[2..];
+        if predictions.len() != labels.len() {
+            return Err(malformed(
+                test,
+                format!(
+                    "{}: {} predictions where the accuracy run has {} candidates",
+                    entry_name(n, e),
+                    predictions.len(),
+                    labels.len()
+                ),
+            ));
+        }
+        let perf_ne = normalized_entropy(predictions, labels, weights);
+        let acc_ne = *acc_ne;
+        let shown = format!("({}, {})", key.0, key.1);
+        if acc_ne == 0.0 && perf_ne == 0.0 {
+            continue;
+        }
+        if acc_ne == 0.0 || perf_ne == 0.0 {
+            mismatches += 1;
+            lines.push(format!(
+                "  NE mismatch at {shown}: acc_ne={}, perf_ne={}",
+                py_float(acc_ne),
+                py_float(perf_ne)
+            ));
+            continue;
+        }
+        let diff = (perf_ne - acc_ne).abs() / acc_ne.abs();
+        if diff > tolerance {
+            mismatches += 1;
+            lines.push(format!(
+                "  NE mismatch at {shown}: acc_ne={acc_ne:.6}, perf_ne={perf_ne:.6}, diff={:.4}%",
+                diff * 100.0
+            ));
+        }
+    }
+    lines.extend([
+        String::new(),
+        format!("num_acc_log_entries = {}", reference_entries.len()),
+        format!("num_perf_log_entries = {}", test_entries.len()),
+        format!("num_matched = {matched}"),
+        format!("num_unmatched = {unmatched}"),
+        format!("num_ne_mismatch = {mismatches}"),
+        format!("tolerance = {:.2}%", tolerance * 100.0),
+    ]);
+    let passed = mismatches == 0 && matched > 0 && unmatched == 0;
+    lines.extend([
+        String::new(),
+        if passed { "TEST PASS" } else { "TEST FAIL" }.into(),
+        "TEST08 verification complete".into(),
+    ]);
+    Ok(Report { passed, lines })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -992,5 +1373,190 @@ mod tests {
         assert_eq!(rep.lines[0], "First token check pass: False");
         assert_eq!(rep.lines[2], "Sample length check pass: False");
         assert_eq!(rep.lines[3], "TEST06 verification failed");
+    }
+
+    #[test]
+    fn test09_bounds_the_mean_length() {
+        let d = scratch("t09");
+        // 2 and 4 tokens: a mean of 3.
+        let a = write(
+            &d,
+            "a.json",
+            r#"[{"seq_id":0,"qsl_idx":0,"data":"0100000002000000"},{"seq_id":1,"qsl_idx":1,"data":"01000000020000000300000004000000"}]"#,
+        );
+        let rep = test09(&a, 2.5, 3.5).unwrap();
+        assert!(rep.passed, "{}", rep.text());
+        assert!(rep.lines.contains(&"Mean output tokens: 3.00".to_string()));
+        assert!(rep.lines.contains(&"Std deviation: 1.00".to_string()));
+        assert!(rep.lines.contains(&"Min threshold: 2.5".to_string()));
+        assert_eq!(rep.lines.last().unwrap(), "TEST PASS");
+        let rep = test09(&a, 3.5, 4.0).unwrap();
+        assert!(!rep.passed);
+        assert!(rep.lines.contains(&"Min check pass: False".to_string()));
+        let e = test09(&write(&d, "b.json", "[]"), 1.0, 2.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("b.json"), "{e}");
+        let e = test09(&write(&d, "c.json", "{"), 1.0, 2.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.json"), "{e}");
+    }
+
+    #[test]
+    fn test07_scores_the_scripts_output() {
+        let out = "evaluating\n{'exact_match': 62.15, 'n': 990}\n";
+        let rep = test07(out, r"'exact_match':\s*([\d.]+)", 60.698).unwrap();
+        assert!(rep.passed, "{}", rep.text());
+        assert!(rep.lines.contains(&"Accuracy score: 62.15".to_string()));
+        assert!(rep
+            .lines
+            .contains(&"Accuracy threshold: 60.698".to_string()));
+        assert_eq!(rep.lines.last().unwrap(), "TEST PASS");
+        let rep = test07("accuracy=59.000%", r"accuracy=([\d.]+)%", 60.698).unwrap();
+        assert!(!rep.passed);
+        assert!(rep
+            .lines
+            .contains(&"Accuracy check pass: False".to_string()));
+        let rep = test07("nothing", r"'exact_match':\s*([\d.]+)", 1.0).unwrap();
+        assert!(rep
+            .lines
+            .contains(&"Error: Could not parse accuracy score".to_string()));
+        assert!(!rep.passed);
+        assert!(test07("x", "(", 1.0).is_err());
+    }
+
+    fn f32_hex(v: &[f32]) -> String {
+        v.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .map(|b| format!("{b:02X}"))
+            .collect()
+    }
+
+    #[test]
+    fn test08_matches_requests_and_compares_entropy() {
+        let d = scratch("t08");
+        let acc = |ts: f32, q: f32, p: &[f32]| {
+            let n = p.len() as f32;
+            let mut v = vec![ts, q];
+            v.extend(p);
+            v.extend(p.iter().map(|x| if *x > 0.5 { 1.0 } else { 0.0 }));
+            v.extend(p.iter().map(|_| 1.0));
+            v.push(n);
+            f32_hex(&v)
+        };
+        let r = write(
+            &d,
+            "r.json",
+            &format!(
+                r#"[{{"seq_id":0,"qsl_idx":3,"data":"{}"}},{{"seq_id":1,"qsl_idx":4,"data":"{}"}}]"#,
+                acc(1.0, 7.0, &[0.9, 0.2, 0.6]),
+                acc(2.0, 8.0, &[0.3, 0.7, 0.1])
+            ),
+        );
+        let perf = |ts: f32, q: f32, p: &[f32]| {
+            let mut v = vec![ts, q];
+            v.extend(p);
+            format!(r#"{{"seq_id":9,"qsl_idx":0,"data":"{}"}}"#, f32_hex(&v))
+        };
+        let t = write(
+            &d,
+            "t.json",
+            &format!("[{}]", perf(1.0, 7.0, &[0.9, 0.2, 0.6])),
+        );
+        let rep = test08(&r, &t, 0.001).unwrap();
+        assert!(rep.passed, "{}", rep.text());
+        assert!(rep.lines.contains(&"num_matched = 1".to_string()));
+        assert!(rep.lines.contains(&"tolerance = 0.10%".to_string()));
+        let t = write(
+            &d,
+            "t2.json",
+            &format!(
+                "[{},{}]",
+                perf(2.0, 8.0, &[0.5, 0.5, 0.5]),
+                perf(5.0, 5.0, &[0.1, 0.1, 0.1])
+            ),
+        );
+        let rep = test08(&r, &t, 0.001).unwrap();
+        assert!(!rep.passed);
+        assert!(
+            rep.lines.contains(&"num_unmatched = 1".to_string()),
+            "{}",
+            rep.text()
+        );
+        assert!(rep.lines.contains(&"num_ne_mismatch = 1".to_string()));
+        assert!(rep
+            .lines
+            .iter()
+            .any(|l| l.starts_with("  NE mismatch at (2, 8): ")));
+        // Answers in neither layout: refused with the file and the entry.
+        let bad = write(
+            &d,
+            "bad.json",
+            &format!(
+                r#"[{{"seq_id":0,"qsl_idx":5,"data":"{}"}}]"#,
+                f32_hex(&[1.0, 2.0, 0.5, 9.0])
+            ),
+        );
+        let e = test08(&bad, &t, 0.001).unwrap_err().to_string();
+        assert!(
+            e.contains("bad.json") && e.contains("entry 0 (qsl_idx 5)"),
+            "{e}"
+        );
+        let e = test08(
+            &r,
+            &write(
+                &d,
+                "odd.json",
+                r#"[{"seq_id":0,"qsl_idx":1,"data":"0000"}]"#,
+            ),
+            0.001,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("odd.json") && e.contains("qsl_idx 1"), "{e}");
+    }
+
+    #[test]
+    fn audit_config_settings_are_read_as_the_scripts_read_them() {
+        let text = audit_config(AuditTest::Test09, "gpt-oss-120b");
+        assert_eq!(
+            audit_setting(&text, "test09_min_output_tokens"),
+            Some(1150.38)
+        );
+        assert_eq!(
+            audit_setting(&text, "test09_max_output_tokens"),
+            Some(1406.02)
+        );
+        assert!(text.contains("*.*.min_query_count = 6396\n"), "{text}");
+        let text = audit_config(AuditTest::Test07, "gpt-oss-120b");
+        assert_eq!(
+            audit_setting(&text, "test07_accuracy_threshold"),
+            Some(60.698)
+        );
+        assert!(text.contains("*.*.min_query_count = 990\n"), "{text}");
+        assert_eq!(
+            audit_setting("*.*.x = 3 # note\n# *.*.x = 4\n", "x"),
+            Some(3.0)
+        );
+        // The release's files, when at hand, are read by the engine without
+        // complaint, as the official LoadGen reads them.
+        if let Ok(root) = std::env::var("MLPERF_INFERENCE_DIR") {
+            for f in [
+                "TEST07/gpt-oss-120b",
+                "TEST08/dlrm-v3",
+                "TEST09/gpt-oss-120b",
+            ] {
+                let p = Path::new(&root)
+                    .join("compliance")
+                    .join(f)
+                    .join("audit.config");
+                let text = std::fs::read_to_string(&p).unwrap();
+                let file =
+                    loadgen_engine::config::ConfigFile::parse("audit.config", &text).unwrap();
+                let mut s = loadgen_engine::TestSettings::default();
+                loadgen_engine::config::apply_audit(&mut s, &file).unwrap();
+            }
+        }
     }
 }

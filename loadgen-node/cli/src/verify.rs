@@ -241,6 +241,9 @@ impl<R: BufRead> LogReader<R> {
         }
         match (seq, idx, seen_data) {
             (Some(seq), Some(idx), true) => Ok((seq, idx, why)),
+            (_, Some(idx), _) => {
+                Err(self.malformed(format!("entry {n} (qsl_idx {idx}) lacks seq_id or data")))
+            }
             _ => Err(self.malformed(format!("entry {n} lacks seq_id, qsl_idx or data"))),
         }
     }
@@ -259,10 +262,14 @@ impl<R: BufRead> LogReader<R> {
         let (mut hex_ok, mut same) = (true, true);
         let mut nibble: Option<u8> = None;
         let (mut got, mut want) = (Vec::with_capacity(1 << 15), vec![0u8; 1 << 15]);
+        // A buffer of the reader may hold more than `want`: compared a
+        // window at a time.
         let mut compare = |got: &mut Vec<u8>| {
-            let want = &mut want[..got.len()];
-            expected.fill(want);
-            same &= *got == *want;
+            for chunk in got.chunks(want.len()) {
+                let want = &mut want[..chunk.len()];
+                expected.fill(want);
+                same &= chunk == &want[..];
+            }
             got.clear();
         };
         self.string_pieces(|piece| {
@@ -354,6 +361,91 @@ mod tests {
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02X}")).collect()
+    }
+
+    /// An accuracy log of one entry per (qsl_idx, answer), as the LoadGen
+    /// writes it.
+    fn log_of(answers: &[(u64, Vec<u8>)]) -> String {
+        let entries: Vec<String> = answers
+            .iter()
+            .enumerate()
+            .map(|(i, (idx, a))| {
+                format!(
+                    "{{ \"seq_id\" : {i}, \"qsl_idx\" : {idx}, \"data\" : \"{}\" }}",
+                    hex(a)
+                )
+            })
+            .collect();
+        format!("[\n{}\n]\n", entries.join(",\n"))
+    }
+
+    #[test]
+    fn every_benchmarks_answer_size_is_checked() {
+        let dir = testkit::Scratch::new("verify-sizes");
+        let path = dir.join("mlperf_log_accuracy.json");
+        let data = DataSource::Synthetic {
+            sample_bytes: 64,
+            total: 4,
+            tensors: &[],
+        };
+        // Each size of the table (the largest, WAN-2.2's 450 MB videos, has
+        // its own test), and the sizes around the reader's buffers.
+        let mut sizes: Vec<usize> = crate::benchmarks::BENCHMARKS
+            .iter()
+            .flat_map(|b| [b.output_bytes, b.output_bytes + 1])
+            .filter(|n| *n <= 64 << 20)
+            .collect();
+        sizes.extend([1, 16_383, 16_384, 32_767, 32_768, 32_769, 49_151, 65_537]);
+        for n in sizes {
+            let good = facts::synthetic::answer(&synthetic_sample(1, 64), n);
+            let mut bad = good.clone();
+            if let Some(last) = bad.last_mut() {
+                *last ^= 1;
+            }
+            std::fs::write(&path, log_of(&[(1, good), (1, bad)])).unwrap();
+            let v = check(&path, &data).unwrap();
+            assert_eq!(v.checked, 2, "{n} bytes");
+            assert_eq!(v.mismatches.len(), 1, "{n} bytes: {v:?}");
+            assert_eq!(v.mismatches[0].0, 1, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn malformed_logs_name_the_file_and_the_entry() {
+        let dir = testkit::Scratch::new("verify-malformed");
+        let path = dir.join("mlperf_log_accuracy.json");
+        let data = DataSource::Synthetic {
+            sample_bytes: 64,
+            total: 4,
+            tensors: &[],
+        };
+        let good = facts::synthetic::answer(&synthetic_sample(1, 64), 8);
+        let first = format!("{{\"seq_id\":0,\"qsl_idx\":1,\"data\":\"{}\"}}", hex(&good));
+        for (text, entry) in [
+            (
+                format!("[{first},{{\"qsl_idx\":2}}]"),
+                "entry 1 (qsl_idx 2)",
+            ),
+            (
+                format!("[{first},{{\"seq_id\":1,\"qsl_idx\":x}}]"),
+                "entry 1",
+            ),
+            (
+                format!("[{first},{{\"seq_id\":1,\"data\":\"00\"}}]"),
+                "entry 1",
+            ),
+            (
+                format!("[{first},{{\"seq_id\":1,\"qsl_idx\":99999999999999999999999}}]"),
+                "too large",
+            ),
+            (format!("[{first},7]"), "entry 1"),
+            (format!("{{{first}}}"), "expected `[`"),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let err = check(&path, &data).unwrap_err().to_string();
+            assert!(err.contains(&path.display().to_string()), "{err}");
+            assert!(err.contains(entry), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -222,7 +222,54 @@ pub struct Benchmark {
     pub rounds: [Option<Rules>; 2],
     /// Why a retired benchmark is refused over the network.
     pub retired: Option<&'static str>,
+    /// The settings of its TEST07 (accuracy in performance mode on a
+    /// compliance data set of its own), when it has that audit.
+    pub test07: Option<Test07>,
+    /// The settings of its TEST09 (mean output length in performance mode).
+    pub test09: Option<Test09>,
 }
+
+/// TEST07 of one benchmark, as the release's `compliance/TEST07/<model>`
+/// gives it: every sample of a compliance data set of its own, issued once
+/// in performance mode and logged, scored by the benchmark's accuracy
+/// script, whose score must reach the threshold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Test07 {
+    /// Samples of the compliance data set.
+    pub samples: usize,
+    /// `test07_accuracy_threshold`, as the audit.config writes it.
+    pub accuracy_threshold: &'static str,
+    /// The pattern of the score in the accuracy script's output (one group:
+    /// the number), as the verification script's default.
+    pub score_pattern: &'static str,
+}
+
+/// TEST09 of one benchmark, as the release's `compliance/TEST09/<model>`
+/// gives it: every sample of the data set issued once in performance mode
+/// and logged; the answers' mean length in tokens must lie within the
+/// bounds (the reference's mean, less and more 10 %).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Test09 {
+    /// `test09_min_output_tokens`, as the audit.config writes it.
+    pub min_output_tokens: &'static str,
+    /// `test09_max_output_tokens`, as the audit.config writes it.
+    pub max_output_tokens: &'static str,
+}
+
+/// TEST08's relative tolerance of the normalized entropy, the release's
+/// default.
+pub const TEST08_TOLERANCE: f64 = 0.001;
+
+const GPT_OSS_TEST07: Test07 = Test07 {
+    samples: 990,
+    accuracy_threshold: "60.698",
+    score_pattern: r"'exact_match':\s*([\d.]+)",
+};
+
+const GPT_OSS_TEST09: Test09 = Test09 {
+    min_output_tokens: "1150.38",
+    max_output_tokens: "1406.02",
+};
 
 impl Benchmark {
     /// Its rules in `round`, if it is a benchmark of that round.
@@ -327,6 +374,8 @@ const BASE: Benchmark = Benchmark {
     interactive: false,
     rounds: [None, None],
     retired: None,
+    test07: None,
+    test09: None,
 };
 
 /// An LLM answer: token ids as int32, `tokens` of them on average; at most
@@ -577,7 +626,9 @@ pub const BENCHMARKS: &[Benchmark] = &[
         model: "gpt-oss-120b",
         // The rules' input figure: 15,330 tokens.
         input: &[t("input_ids", "<i4", &[15_330])],
-        output_bytes: tokens(9_999),
+        // The reference's mean answer: 1,278 tokens, the middle of TEST09's
+        // bounds (its mean, less and more 10 %).
+        output_bytes: tokens(1_278),
         total_samples: 6_396,
         performance_samples: 6_396,
         llm: true,
@@ -585,12 +636,16 @@ pub const BENCHMARKS: &[Benchmark] = &[
             rules(&["gpt-oss-120b"], Uncompressed, NO_ROW, &[Test07, Test09]),
             rules(&["gpt-oss-120b"], Uncompressed, bw(Elements(15_330), Elements(32_768)), &[Test07, Test09]),
         ],
+        test07: Some(GPT_OSS_TEST07),
+        test09: Some(GPT_OSS_TEST09),
         ..BASE
     },
     Benchmark {
         model: "gpt-oss-120b-interactive",
         input: &[t("input_ids", "<i4", &[15_330])],
-        output_bytes: tokens(9_999),
+        // The reference's mean answer: 1,278 tokens, the middle of TEST09's
+        // bounds (its mean, less and more 10 %).
+        output_bytes: tokens(1_278),
         total_samples: 6_396,
         performance_samples: 6_396,
         llm: true,
@@ -599,6 +654,8 @@ pub const BENCHMARKS: &[Benchmark] = &[
             rules(&["gpt-oss-120b"], Uncompressed, NO_ROW, &[Test07, Test09]),
             rules(&["gpt-oss-120b"], Uncompressed, bw(Elements(15_330), Elements(32_768)), &[Test07, Test09]),
         ],
+        test07: Some(GPT_OSS_TEST07),
+        test09: Some(GPT_OSS_TEST09),
         ..BASE
     },
     Benchmark {

@@ -14,8 +14,9 @@ use serde_json::{json, Map};
 use toml::Spanned;
 
 use crate::args::{Engine, RunArgs, SetArg, SutArg};
+use crate::audit;
 use crate::benchmarks::{self, Round};
-use crate::compliance::Dtype;
+use crate::compliance::{self, AuditTest, Dtype};
 
 /// The largest plan file read: a plan is a page of settings, and a file
 /// much larger (or endless, such as /dev/zero) is not one.
@@ -100,6 +101,24 @@ pub struct PlanBenchmark {
     pub audit_dtype: Option<Dtype>,
     /// TEST06's --eos-token-id.
     pub eos_token_id: i64,
+    /// TEST07's compliance data set (relative to the plan).
+    pub compliance_dataset: Option<PathBuf>,
+    /// TEST07's accuracy script (`{accuracy_log}` in it).
+    pub compliance_accuracy_command: Option<String>,
+    /// TEST07: the pattern of the score in that script's output.
+    pub score_pattern: Option<String>,
+}
+
+impl PlanBenchmark {
+    /// The settings of its audits' verifications.
+    pub fn verify_options(&self) -> audit::VerifyOptions {
+        audit::VerifyOptions {
+            dtype: self.audit_dtype,
+            eos_token_id: self.eos_token_id,
+            accuracy_command: self.compliance_accuracy_command.clone(),
+            score_pattern: self.score_pattern.clone(),
+        }
+    }
 }
 
 /// The file as it is written (see the module documentation of
@@ -140,6 +159,9 @@ struct BenchmarkFile {
     accuracy_command: Option<String>,
     audit_dtype: Option<Spanned<String>>,
     eos_token_id: Option<i64>,
+    compliance_dataset: Option<PathBuf>,
+    compliance_accuracy_command: Option<String>,
+    score_pattern: Option<String>,
 }
 
 /// A value under `[benchmark.settings]`: a setting of every scenario, or a
@@ -328,6 +350,11 @@ impl SubmissionPlan {
                 PlanBenchmark::from_file(name, &what, b, rules, &at)
             })
             .collect::<Result<Vec<_>>>()?;
+        if file.division != Division::Open {
+            for (i, b) in benchmarks.iter().enumerate() {
+                b.check_test07(base, rules, &format!("{name}: benchmark {}", i + 1))?;
+            }
+        }
         Ok(SubmissionPlan {
             base: base.to_path_buf(),
             system,
@@ -394,6 +421,24 @@ impl SubmissionPlan {
 }
 
 impl PlanBenchmark {
+    /// Refuses, before any run, a benchmark that needs TEST07 without what
+    /// TEST07 cannot be made without: its data set and its accuracy script.
+    fn check_test07(&self, base: &Path, rules: Round, what: &str) -> Result<()> {
+        if !compliance::required_audits(&self.model, rules).contains(&benchmarks::Audit::Test07) {
+            return Ok(());
+        }
+        let dataset = self.compliance_dataset.as_ref().map(|d| base.join(d));
+        audit::compliance_dataset(
+            AuditTest::Test07,
+            &self.model,
+            dataset.as_deref(),
+            &format!("{what}: compliance_dataset"),
+        )?;
+        self.verify_options()
+            .test07_command(&format!("{what}: compliance_accuracy_command"))?;
+        Ok(())
+    }
+
     /// Entry `what` (`benchmark N`) of the plan `name`.
     fn from_file(
         name: &str,
@@ -482,6 +527,9 @@ impl PlanBenchmark {
                 })
                 .transpose()?,
             eos_token_id: e.eos_token_id.unwrap_or(2),
+            compliance_dataset: e.compliance_dataset.clone(),
+            compliance_accuracy_command: e.compliance_accuracy_command.clone(),
+            score_pattern: e.score_pattern.clone(),
         })
     }
 }
