@@ -171,11 +171,26 @@ fn setting(key: &str, v: &toml::Value, what: &str) -> Result<String> {
     Ok(format!("{key}={value}"))
 }
 
+/// A name the plan makes a folder of (`system`, `submitter`): one folder
+/// inside the output tree, never a path out of it.
+fn folder_name(v: &str) -> std::result::Result<(), &'static str> {
+    if v == "." || v == ".." {
+        Err("must name a folder, not `.` or `..`")
+    } else if v.contains(['/', '\\']) {
+        Err("must be one folder name, without `/` or `\\` (it names a folder of the output tree)")
+    } else if v.contains('\0') || v.chars().any(char::is_control) {
+        Err("must not hold control characters")
+    } else {
+        Ok(())
+    }
+}
+
 impl Plan {
     /// Reads and checks a plan; errors name the file and the field.
     pub fn read(path: &Path) -> Result<Plan> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the plan {}", path.display()))?;
+        let text =
+            loadgen_engine::disk::read_text_bounded(path, loadgen_engine::disk::MAX_TEXT_FILE)
+                .with_context(|| format!("cannot read the plan {}", path.display()))?;
         let name = path.display().to_string();
         let table: toml::Table =
             toml::from_str(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
@@ -251,10 +266,16 @@ impl Plan {
             };
             benchmarks.push(PlanBenchmark::from_table(&what, e, rules)?);
         }
+        // Folder names of the tree: each must stay one folder inside it.
+        let folder = |k: &str| -> Result<String> {
+            let v = text(k, None)?;
+            folder_name(&v).map_err(|why| anyhow::anyhow!("{name}: `{k}` = {v:?}: {why}"))?;
+            Ok(v)
+        };
         Ok(Plan {
             base: base.to_path_buf(),
-            system: text("system", None)?,
-            submitter: text("submitter", None)?,
+            system: folder("system")?,
+            submitter: folder("submitter")?,
             division,
             output: base.join(text("output", Some("submission"))?),
             sut_file: t
@@ -1099,6 +1120,30 @@ target_qps = 2000
         assert_eq!(args.sample_bytes, Some(64));
         let set: Vec<String> = args.set.iter().map(|s| s.to_string()).collect();
         assert_eq!(set, ["min_duration=1000", "target_qps=2000"]);
+    }
+
+    #[test]
+    fn plan_names_stay_inside_the_output_tree() {
+        for (key, value) in [
+            ("system", "../../../../x"),
+            ("system", ".."),
+            ("submitter", "/abs/org"),
+            ("submitter", "a/b"),
+            ("system", "a\\\\b"),
+        ] {
+            let text = GOOD.replacen(
+                &format!(
+                    "{key} = \"{}\"",
+                    if key == "system" { "sys" } else { "Org" }
+                ),
+                &format!("{key} = \"{value}\""),
+                1,
+            );
+            let e = plan(&text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("plan.toml: `{key}` = ")), "{e}");
+            assert!(e.contains("folder"), "{e}");
+        }
+        plan(&GOOD.replacen("\"sys\"", "\"sys.v2-x_1\"", 1)).unwrap();
     }
 
     #[test]
