@@ -239,38 +239,89 @@ fn a_loadgen_node_gets_in_past_connections_that_start_no_session() {
     drop(runtime);
 }
 
+/// `n` connections to `addr`, each with an accepted session; with
+/// `samples`, each has sent a sample on its Infer stream (and read its
+/// answer), as a run's connection has. Held until dropped.
+async fn sessions(addr: &str, n: usize, samples: bool) -> Vec<Box<dyn std::any::Any + Send>> {
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    for _ in 0..n {
+        let mut client = SutNodeClient::connect(format!("http://{addr}"))
+            .await
+            .expect("a connection");
+        let reply = client
+            .start_session(SessionRequest {
+                protocol_version: proto::PROTOCOL_VERSION,
+                model: "resnet50".into(),
+                scenario: "Server".into(),
+                input_codec: Codec::None as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("a session")
+            .into_inner();
+        assert!(reply.refusal.is_empty(), "{}", reply.refusal);
+        if !samples {
+            held.push(Box::new(client));
+            continue;
+        }
+        let (tx, rx) = mpsc::channel(1);
+        tx.send(sample(1, vec![1u8; 16], Codec::None))
+            .await
+            .unwrap();
+        let mut answers = client
+            .infer(ReceiverStream::new(rx))
+            .await
+            .expect("an Infer stream")
+            .into_inner();
+        // Until its answer: the node has seen the sample.
+        loop {
+            let m = answers
+                .message()
+                .await
+                .expect("the stream")
+                .expect("a message");
+            if !m.answers.is_empty() {
+                break;
+            }
+        }
+        held.push(Box::new((client, tx, answers)));
+    }
+    held
+}
+
+#[test]
+fn a_loadgen_node_gets_in_past_sessions_that_send_no_sample() {
+    // Every place of this address (64 by default) held by a connection with
+    // a session accepted, none of which ever sends a sample: the run's
+    // connections take their places, oldest first.
+    let node = SutNode::start("idle-sessions", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let held = runtime.block_on(sessions(&node.addr, 64, false));
+    assert_eq!(held.len(), 64);
+    let (o, out) = server_run(
+        &node,
+        "hostile-idle-sessions",
+        &["--sample-bytes", "4096", "--set", "target_latency=10000"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(validity(&out), Some("VALID".into()), "{}", text(&o.stdout));
+    drop(held);
+    drop(runtime);
+}
+
 #[test]
 fn a_loadgen_node_refused_at_a_limit_is_told_which() {
-    // Both places of this address held by connections in a session.
+    // Both places of this address held by connections whose sessions have
+    // carried samples: a run's, which nothing takes from them.
     let node = SutNode::start("full", &["--max-connections-per-peer", "2"]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let held = runtime.block_on(async {
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            let mut client = SutNodeClient::connect(format!("http://{}", node.addr))
-                .await
-                .expect("a connection");
-            let reply = client
-                .start_session(SessionRequest {
-                    protocol_version: proto::PROTOCOL_VERSION,
-                    model: "resnet50".into(),
-                    scenario: "Server".into(),
-                    input_codec: Codec::None as i32,
-                    ..Default::default()
-                })
-                .await
-                .expect("a session")
-                .into_inner();
-            assert!(reply.refusal.is_empty(), "{}", reply.refusal);
-            held.push(client);
-        }
-        held
-    });
+    let held = runtime.block_on(sessions(&node.addr, 2, true));
     let (o, _) = server_run(&node, "hostile-full", &["--sample-bytes", "4096"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains("2 connections open from 127.0.0.1, the --max-connections-per-peer limit")
+            && err.contains("in a session that has carried samples")
             && err.contains("tried 6 times"),
         "{err}"
     );
