@@ -14,7 +14,7 @@ use proto::sut_node_client::SutNodeClient;
 use proto::{to_node, Codec, SampleRequest, SessionRequest, ToNode};
 use tests::hostile::{
     connections_without_sessions, decode_bombs, probe_replies_never_read,
-    quic_probe_replies_never_read, slow_streams, streamed_zstd,
+    quic_probe_replies_never_read, slow_streams, streamed_zstd, unfinished_messages,
 };
 use tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
 use tokio::sync::mpsc;
@@ -359,4 +359,42 @@ fn memory_a_burst_of_slow_streams_took_is_given_back_once_it_ends() {
         std::thread::sleep(Duration::from_millis(50));
         now = rss_mib(node.pid());
     }
+}
+
+#[test]
+fn unfinished_messages_on_every_stream_cost_the_nodes_budget_not_its_memory() {
+    // 4 connections of 8 Infer streams, each sending 8 MiB of a 60 MiB
+    // message and never the rest: 256 MiB, were they held. The node holds
+    // its budget of unfinished bytes (32 MiB here), 64 KiB a stream, and
+    // what its HTTP/2 windows let each connection send unread (16 MiB).
+    let node = SutNode::start("unfinished", &["--max-decoded-bytes", "33554432"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let addr = node.addr.parse().expect("an address");
+    let before = rss_mib(node.pid());
+    let attack = runtime.block_on(unfinished_messages(addr, 4, 8, 60 << 20, 8 << 20));
+    assert_eq!(attack.held(), 4 * 8 + 4);
+    // Until the node has taken all it will: its memory stops growing.
+    let mut last = rss_mib(node.pid());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = rss_mib(node.pid());
+        if now <= last + 1 || Instant::now() > deadline {
+            last = now;
+            break;
+        }
+        last = now;
+    }
+    let grown = last.saturating_sub(before);
+    assert!(grown < 160, "the node grew by {grown} MiB");
+    // A run beside it, its samples whole in their frames, is not held back.
+    let (o, out) = server_run(
+        &node,
+        "hostile-unfinished",
+        &["--sample-bytes", "4096", "--set", "target_latency=10000"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(validity(&out), Some("VALID".into()), "{}", text(&o.stdout));
+    drop(attack);
+    drop(runtime);
 }

@@ -439,3 +439,42 @@ impl Drop for Unfinished {
         }
     }
 }
+
+#[cfg(test)]
+mod unfinished_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unfinished_messages_wait_for_the_nodes_budget_and_give_it_back() {
+        let node = Budget::new(1 << 20);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut a, mut b) = (Unfinished::new(&node), Unfinished::new(&node));
+        // The free part costs nothing.
+        assert!(a.poll_charge(&mut cx, UNFINISHED_FREE).is_ready());
+        assert_eq!(node.held(), 0);
+        assert!(a
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_ready());
+        assert_eq!(node.held(), 600);
+        // Another stream's unfinished message waits for what is left.
+        assert!(b
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_pending());
+        assert!(b
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_pending());
+        // The first finishes its message: its bytes go back, the other goes on.
+        assert!(a.poll_charge(&mut cx, 0).is_ready());
+        assert!(b
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_ready());
+        assert_eq!(node.held(), 600);
+        // A message larger than the whole budget can still arrive, alone.
+        drop(b);
+        assert_eq!(node.held(), 0);
+        assert!(a.poll_charge(&mut cx, 8 << 20).is_ready());
+        assert_eq!(node.held(), 1024);
+        drop(a);
+        assert_eq!(node.held(), 0);
+    }
+}
