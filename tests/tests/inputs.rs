@@ -15,7 +15,10 @@ fn files_without_end_are_refused_at_once_naming_them() {
     let o = loadgen(&["--sut-file", "/dev/zero", "--scenario", "Offline"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("/dev/zero") && err.contains("larger than"), "{err}");
+    assert!(
+        err.contains("/dev/zero") && err.contains("larger than"),
+        "{err}"
+    );
     let o = loadgen(&["submission", "/dev/zero"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -26,7 +29,10 @@ fn files_without_end_are_refused_at_once_naming_them() {
     let o = loadgen(&["--audit-config", "/dev/zero", "--scenario", "Offline"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("/dev/zero") && err.contains("larger than"), "{err}");
+    assert!(
+        err.contains("/dev/zero") && err.contains("larger than"),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
@@ -35,7 +41,10 @@ fn an_audit_config_out_of_range_is_refused_naming_file_and_key() {
     for (line, key) in [
         ("*.*.min_duration = 31536000001", "min_duration"),
         ("*.*.mode = 99", "mode"),
-        ("*.*.accuracy_log_probability = nan", "accuracy_log_probability"),
+        (
+            "*.*.accuracy_log_probability = nan",
+            "accuracy_log_probability",
+        ),
     ] {
         let dir = scratch("audit-range");
         std::fs::write(dir.join("audit.config"), format!("{line}\n")).unwrap();
@@ -48,8 +57,10 @@ fn an_audit_config_out_of_range_is_refused_naming_file_and_key() {
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{line}: {err}");
         assert!(
-            err.contains(&format!("audit.config:1: `{}", line.split(" =").next().unwrap()))
-                && err.contains(&format!("{key} must be")),
+            err.contains(&format!(
+                "audit.config:1: `{}",
+                line.split(" =").next().unwrap()
+            )) && err.contains(&format!("{key} must be")),
             "{line}: {err}"
         );
     }
@@ -86,7 +97,11 @@ fn an_audit_config_out_of_range_is_refused_naming_file_and_key() {
 fn a_plan_naming_a_folder_outside_its_tree_is_refused_naming_the_key() {
     let dir = scratch("plan-escape");
     for (key, value) in [("system", "../../../../x"), ("submitter", "/tmp/abs")] {
-        let other = if key == "system" { "submitter" } else { "system" };
+        let other = if key == "system" {
+            "submitter"
+        } else {
+            "system"
+        };
         let plan = dir.join(format!("{key}.toml"));
         std::fs::write(
             &plan,
