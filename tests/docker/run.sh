@@ -246,9 +246,9 @@ full_run() { # SCHEME SCENARIO SETTINGS...
 # What makes them VALID on a 2-core host shared by three nodes and the
 # LoadGen node (measured right after the images were built):
 # - Offline: its one query holds at least 24,576 samples (the minimum
-#   sample count), which release builds of the nodes answer in well under
-#   half a second: with min_duration=500 such a run was INVALID (min
-#   duration not satisfied) however fast it was. min_duration=0 leaves the
+#   sample count), which release builds of the nodes can answer in less
+#   than half a second: with min_duration=500 such a run is INVALID (min
+#   duration not satisfied) however fast it is. min_duration=0 leaves the
 #   sample count as the only bound.
 # - Server: resnet50's 15 ms bound at the 99th percentile is below this
 #   host's scheduling noise with four containers and their health probes
