@@ -251,3 +251,56 @@ pub async fn slow_streams(
     }
     attack
 }
+
+/// gRPC: `connections` connections of `streams` Infer streams each, every
+/// stream sending the first `send` bytes of a message that announces
+/// `announce` (within the node's message limit) and never the rest.
+/// Without a budget for unfinished messages the node would hold
+/// `connections * streams * send` bytes.
+pub async fn unfinished_messages(
+    addr: SocketAddr,
+    connections: usize,
+    streams: usize,
+    announce: usize,
+    send: usize,
+) -> Attack {
+    let mut attack = Attack::default();
+    let mut message = BytesMut::with_capacity(5 + send);
+    message.put_u8(0);
+    message.put_u32(u32::try_from(announce).unwrap_or(u32::MAX));
+    message.put_bytes(7, send.min(announce));
+    let message = message.freeze();
+    for _ in 0..connections {
+        let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+            continue;
+        };
+        let Ok((client, connection)) = h2::client::handshake(tcp).await else {
+            continue;
+        };
+        attack.tasks.spawn(async move {
+            let _ = connection.await;
+        });
+        let Ok(mut client) = client.ready().await else {
+            continue;
+        };
+        for _ in 0..streams {
+            let request = http::Request::post(format!("http://{addr}{}", proto::INFER_PATH))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .expect("a request");
+            let Ok((response, mut body)) = client.send_request(request, false) else {
+                break;
+            };
+            // Queued here; sent as the node's windows let it.
+            let _ = body.send_data(message.clone(), false);
+            attack.held.push(Box::new((body, response)));
+            match client.clone().ready().await {
+                Ok(c) => client = c,
+                Err(_) => break,
+            }
+        }
+        attack.held.push(Box::new(client));
+    }
+    attack
+}

@@ -345,7 +345,21 @@ impl FrameDecoder {
         &mut self,
         what: &'static str,
         cx: &mut Context<'_>,
+        next_chunk: impl FnMut(&mut Context<'_>) -> Poll<Option<Result<Bytes, String>>>,
+    ) -> Poll<Option<Result<M, FrameError>>> {
+        self.poll_messages_charged(what, cx, next_chunk, |_, _| Poll::Ready(()))
+    }
+
+    /// [`poll_messages`](Self::poll_messages), where `charge` is told the
+    /// bytes held for an unfinished frame before each read of more:
+    /// `Pending` (its waker registered) holds the reading back until it can
+    /// pay for them, so that a peer's unfinished frames cost a budget.
+    pub fn poll_messages_charged<M: Message + Default>(
+        &mut self,
+        what: &'static str,
+        cx: &mut Context<'_>,
         mut next_chunk: impl FnMut(&mut Context<'_>) -> Poll<Option<Result<Bytes, String>>>,
+        mut charge: impl FnMut(&mut Context<'_>, usize) -> Poll<()>,
     ) -> Poll<Option<Result<M, FrameError>>> {
         loop {
             if self.ended {
@@ -358,6 +372,9 @@ impl FrameDecoder {
                     self.ended = true;
                     return Poll::Ready(Some(Err(e)));
                 }
+            }
+            if charge(cx, self.buffered()).is_pending() {
+                return Poll::Pending;
             }
             match next_chunk(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -386,7 +403,7 @@ impl FrameDecoder {
     }
 
     /// Bytes received and not yet handed out as frames.
-    fn buffered(&self) -> usize {
+    pub fn buffered(&self) -> usize {
         self.head_len
             + self.pieces.len
             + self.gathered.len()

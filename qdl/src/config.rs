@@ -184,9 +184,10 @@ pub struct QdlConfig {
     /// A node with samples outstanding that sends nothing (no answer, no
     /// heartbeat) for this long aborts the run.
     pub stall_timeout: Duration,
-    /// A node with samples outstanding that sends only heartbeats (no
-    /// answer, first token or error) for this long aborts the run: its
-    /// backend is hung. `None`: wait for ever.
+    /// A node with samples outstanding that sends only heartbeats or first
+    /// tokens (no answer or error) for this long aborts the run: its
+    /// backend is hung. `None`: `stall_timeout`. No run waits for ever on a
+    /// node that only sends heartbeats.
     pub progress_timeout: Option<Duration>,
     /// Bound on each step of opening a connection, and on the Name RPC.
     pub connect_timeout: Duration,

@@ -5,8 +5,8 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use compression::{CodecError, CodecKind};
@@ -121,6 +121,11 @@ impl RunState {
         self.failed.load(Ordering::Relaxed)
     }
 
+    /// The reason the run failed, once it has.
+    pub(crate) fn failure(&self) -> Option<&String> {
+        self.failure.get()
+    }
+
     pub(crate) fn closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
     }
@@ -213,6 +218,9 @@ pub(crate) struct Conn {
     sent: Padded<SendCounters>,
     received: Padded<ReceiveCounters>,
     timings: ConnTimings,
+    /// Set once the receive task has ended (and reported why, if it failed
+    /// the run): the node's own reason comes before the sender's.
+    receive_ended: (Mutex<bool>, Condvar),
 }
 
 impl Conn {
@@ -222,6 +230,31 @@ impl Conn {
             sent: Padded::default(),
             received: Padded::default(),
             timings: ConnTimings::new(),
+            receive_ended: (Mutex::new(false), Condvar::new()),
+        }
+    }
+
+    /// Marks the receive task ended, after it reported its reason.
+    pub(crate) fn end_receive(&self) {
+        let (ended, changed) = &self.receive_ended;
+        if let Ok(mut e) = ended.lock() {
+            *e = true;
+        }
+        changed.notify_all();
+    }
+
+    /// Waits up to `limit` for the receive task to end; true if it has.
+    /// A queue that closed under the sender closes because the stream did:
+    /// what the node said last (an error frame, its shutting down) is read
+    /// by the receive task, and is the reason to report.
+    pub(crate) fn wait_receive_ended(&self, limit: Duration) -> bool {
+        let (ended, changed) = &self.receive_ended;
+        let Ok(guard) = ended.lock() else {
+            return false;
+        };
+        match changed.wait_timeout_while(guard, limit, |e| !*e) {
+            Ok((e, _)) => *e,
+            Err(_) => false,
         }
     }
 
@@ -256,9 +289,8 @@ impl Conn {
         let r = &self.received;
         Seen {
             messages: r.messages.load(Ordering::Relaxed),
-            progress: r.answers.load(Ordering::Relaxed)
-                + r.first_tokens.load(Ordering::Relaxed)
-                + r.errors.load(Ordering::Relaxed),
+            // Answers and errors end samples; first tokens do not.
+            progress: r.answers.load(Ordering::Relaxed) + r.errors.load(Ordering::Relaxed),
             outstanding: self.outstanding(),
         }
     }
@@ -332,6 +364,7 @@ impl Receiver {
         if !self.run.closing() {
             self.run.fail(format!("{}: {reason}", self.conn.label));
         }
+        self.conn.end_receive();
     }
 
     /// `arrived`: when the message was in hand.
@@ -353,13 +386,23 @@ impl Receiver {
             {
                 // Every id the node can know of was taken into the window
                 // before it was sent.
-                let window = self.window.lock();
+                let mut window = self.window.lock();
                 if let Some(t) = msg
                     .first_tokens
                     .iter()
                     .find(|t| !window.ids.contains_key(&t.id))
                 {
                     return Err(never_sent("a first token", t.id));
+                }
+                // One first token a sample: a node that sends more is not
+                // making progress, whatever it sends.
+                for t in &msg.first_tokens {
+                    if !window.first_tokens.insert(t.id) {
+                        return Err(format!(
+                            "a second first token for response id {}: a sample has one",
+                            t.id
+                        ));
+                    }
                 }
             }
             let (mut bytes, mut decoded) = (0u64, 0u64);
@@ -389,12 +432,24 @@ impl Receiver {
                     let Some(sent) = window.ids.remove(&a.id) else {
                         return Err(never_sent("an answer", a.id));
                     };
+                    window.first_tokens.remove(&a.id);
                     self.sent_at.push(sent);
                 }
                 window.waker_to_wake(self.window.limit())
             };
             if let Some(w) = waker {
                 w.wake();
+            }
+            if let Some(a) = msg
+                .answers
+                .iter()
+                .find(|a| !tokens_in_bounds(a.n_tokens, max))
+            {
+                return Err(format!(
+                    "malformed answer for response id {}: {} tokens, more than the {max} \
+                     bytes of the largest answer accepted could hold",
+                    a.id, a.n_tokens
+                ));
             }
             let (mut bytes, mut decoded) = (0u64, 0u64);
             for a in &mut msg.answers {
@@ -453,6 +508,13 @@ impl Receiver {
             .completer()
             .ok_or_else(|| "the node answered before any sample was issued".to_string())
     }
+}
+
+/// A token count an answer can carry: no more tokens than the largest
+/// answer accepted has bytes (a token id is four; a token of text at least
+/// one). Negative counts are the engine's to report, as the LoadGen does.
+fn tokens_in_bounds(n_tokens: i64, max_answer: usize) -> bool {
+    n_tokens <= i64::try_from(max_answer).unwrap_or(i64::MAX)
 }
 
 fn never_sent(what: &str, id: u64) -> String {

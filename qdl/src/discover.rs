@@ -154,7 +154,8 @@ pub fn read_file(path: &Path) -> Result<Vec<NodeEntry>, QdlError> {
 }
 
 fn file_entries(path: &Path) -> Result<Vec<Given>, QdlError> {
-    let text = std::fs::read_to_string(path).map_err(|e| QdlError::Discovery {
+    let text = loadgen_engine::disk::read_text_bounded(path, loadgen_engine::disk::MAX_TEXT_FILE)
+        .map_err(|e| QdlError::Discovery {
         whence: path.display().to_string(),
         reason: format!("cannot read it: {e}"),
     })?;

@@ -201,7 +201,9 @@ impl Qdl {
                 run.clone(),
                 watchdog::Deadlines {
                     stall: config.stall_timeout,
-                    progress: config.progress_timeout,
+                    // Heartbeats never keep a run going without answers:
+                    // with no progress limit of its own, the stall limit.
+                    progress: config.progress_timeout.unwrap_or(config.stall_timeout),
                 },
             ));
             conns.push(conn);
@@ -267,7 +269,8 @@ impl Qdl {
         self.run.fail(reason.clone());
         // In case the run had already failed for another reason, or is
         // shutting down: this query must not wait for an answer either.
-        completer.abort(reason);
+        // The first failure's reason is the run's.
+        completer.abort(self.run.failure().cloned().unwrap_or(reason));
     }
 }
 
@@ -387,6 +390,10 @@ impl SystemUnderTest for Qdl {
                 })),
             };
             if self.queues[c].send((msg, sent)).is_err() {
+                // The stream is gone; its receive task reads what the node
+                // said last and reports it: wait for that before reporting
+                // the bare closing.
+                conn.wait_receive_ended(CLOSE_GRACE);
                 return self.fail_sample(completer, format!("{}: stream closed", conn.label));
             }
         }

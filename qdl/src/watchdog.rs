@@ -11,9 +11,10 @@ pub(crate) struct Deadlines {
     /// Nothing at all received, heartbeats included: the node or the path
     /// to it is gone.
     pub(crate) stall: Duration,
-    /// Heartbeats only, no answer, first token or error: the node is up but
-    /// its backend is stuck. `None`: no such deadline.
-    pub(crate) progress: Option<Duration>,
+    /// Heartbeats (or first tokens) only, no answer or error: the node is
+    /// up but its backend is stuck. Always set: heartbeats alone never keep
+    /// a run going.
+    pub(crate) progress: Duration,
 }
 
 /// One limit on a node's silence: it expires once `limit` has passed with
@@ -60,7 +61,8 @@ impl Silence {
 pub(crate) struct Seen {
     /// Every message received, heartbeats included.
     pub(crate) messages: u64,
-    /// Answers, first tokens and errors received: what heartbeats are not.
+    /// Answers and errors received: what ends samples. First tokens are
+    /// not counted: a node can send them without ever answering.
     pub(crate) progress: u64,
     /// Samples sent and not yet answered.
     pub(crate) outstanding: u64,
@@ -86,7 +88,7 @@ impl Alarm {
                 plural(outstanding)
             ),
             Alarm::NoProgress { after, outstanding } => format!(
-                "no progress: heartbeats but no answer, first token or error for \
+                "no progress: heartbeats but no answer or error for \
                  {after:?} with {outstanding} sample{} outstanding (is its backend hung?)",
                 plural(outstanding)
             ),
@@ -101,7 +103,7 @@ impl Alarm {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Watchdog {
     stall: Silence,
-    progress: Option<Silence>,
+    progress: Silence,
     look_every: Duration,
     last: Seen,
 }
@@ -110,10 +112,10 @@ impl Watchdog {
     /// `seen`: the counters when the watch begins.
     pub(crate) fn new(deadlines: Deadlines, seen: Seen) -> Self {
         let Deadlines { stall, progress } = deadlines;
-        let shortest = progress.map_or(stall, |p| p.min(stall));
+        let shortest = progress.min(stall);
         Self {
             stall: Silence::new(stall),
-            progress: progress.map(Silence::new),
+            progress: Silence::new(progress),
             look_every: (shortest / 10).max(Duration::from_millis(1)),
             last: seen,
         }
@@ -124,16 +126,13 @@ impl Watchdog {
         let last = std::mem::replace(&mut self.last, seen);
         if seen.outstanding == 0 {
             self.stall.on_idle();
-            if let Some(p) = &mut self.progress {
-                p.on_idle();
-            }
+            self.progress.on_idle();
             return None;
         }
         self.stall
             .on_outstanding(now, seen.messages != last.messages);
-        if let Some(p) = &mut self.progress {
-            p.on_outstanding(now, seen.progress != last.progress);
-        }
+        self.progress
+            .on_outstanding(now, seen.progress != last.progress);
         let outstanding = seen.outstanding;
         if self.stall.expired(now) {
             return Some(Alarm::Stalled {
@@ -141,13 +140,10 @@ impl Watchdog {
                 outstanding,
             });
         }
-        match self.progress {
-            Some(p) if p.expired(now) => Some(Alarm::NoProgress {
-                after: p.limit,
-                outstanding,
-            }),
-            _ => None,
-        }
+        self.progress.expired(now).then_some(Alarm::NoProgress {
+            after: self.progress.limit,
+            outstanding,
+        })
     }
 
     /// When to look next, after a look at `now`: the next regular look or
@@ -156,7 +152,7 @@ impl Watchdog {
         [
             Some(now + self.look_every),
             self.stall.next_deadline(),
-            self.progress.and_then(|p| p.next_deadline()),
+            self.progress.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -219,9 +215,10 @@ mod tests {
     }
 
     fn dog(progress: Option<u64>) -> Watchdog {
+        // No progress limit of its own: the stall limit's.
         let deadlines = Deadlines {
             stall: 1000 * MS,
-            progress: progress.map(Duration::from_millis),
+            progress: Duration::from_millis(progress.unwrap_or(1000)),
         };
         Watchdog::new(deadlines, Seen::default())
     }
@@ -274,7 +271,7 @@ mod tests {
         };
         assert_eq!(
             one.reason(),
-            "no progress: heartbeats but no answer, first token or error for 2.5s \
+            "no progress: heartbeats but no answer or error for 2.5s \
              with 1 sample outstanding (is its backend hung?)"
         );
     }
@@ -305,11 +302,37 @@ mod tests {
     }
 
     #[test]
-    fn without_a_progress_limit_heartbeats_keep_a_connection_alive_for_ever() {
+    fn heartbeats_never_keep_a_connection_without_answers_alive() {
+        // Heartbeats every 900 ms, nothing answered: at the limit (here the
+        // stall limit, as when no progress limit is given), never later.
         let t0 = Instant::now();
         let mut d = dog(None);
-        for beat in 0..1000 {
+        for beat in 0..=1 {
             assert_eq!(d.on_look(at(t0, 900 * beat), busy(beat, 0)), None);
         }
+        assert_eq!(d.on_look(at(t0, 999), busy(2, 0)), None);
+        assert_eq!(
+            d.on_look(at(t0, 1000), busy(2, 0)),
+            Some(Alarm::NoProgress {
+                after: 1000 * MS,
+                outstanding: 3
+            })
+        );
+    }
+
+    #[test]
+    fn first_tokens_without_answers_are_not_progress() {
+        // `Seen::progress` counts answers and errors only: a node that keeps
+        // sending first tokens (messages) and answers nothing is caught at
+        // the progress limit although its stream is busy.
+        let t0 = Instant::now();
+        let mut d = dog(Some(3000));
+        for ms in (0..3000).step_by(100) {
+            assert_eq!(d.on_look(at(t0, ms), busy(ms, 0)), None, "{ms}");
+        }
+        assert!(matches!(
+            d.on_look(at(t0, 3000), busy(3000, 0)),
+            Some(Alarm::NoProgress { .. })
+        ));
     }
 }

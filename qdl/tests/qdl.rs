@@ -346,6 +346,95 @@ fn a_silent_node_is_aborted_after_the_stall_timeout() {
 }
 
 #[test]
+fn a_node_that_heartbeats_and_never_answers_ends_the_run_at_the_node_timeout() {
+    // A mock: its heartbeats go on while nothing is answered, which no real
+    // node does but one whose backend hangs behind a live process.
+    let node = FakeNode::start(Behaviour {
+        hung_from: Some(10),
+        ..Behaviour::named("hung")
+    });
+    let qdl = Qdl::connect(
+        QdlConfig {
+            stall_timeout: Duration::from_millis(400),
+            // No progress limit of its own: the node timeout's.
+            progress_timeout: None,
+            ..config(&[&node])
+        },
+        Samples::new(64),
+    )
+    .expect("connects");
+    let ran = run(&qdl, &single_stream(200), 64, "hung");
+    let err = ran.outcome.run_error.expect("the run ends");
+    assert!(
+        err.contains(&format!("{}: no progress", node.label("hung")))
+            && err.contains("heartbeats but no answer or error for 400ms"),
+        "{err}"
+    );
+    assert_eq!(detail_values(&ran.dir, "result_validity"), ["INVALID"]);
+    // Heartbeats every 100 ms: far more than one arrived meanwhile.
+    assert!(qdl.stats().total().messages_received > 3);
+}
+
+#[test]
+fn first_tokens_sent_again_are_no_progress() {
+    // A mock that re-sends every sample's first token at each heartbeat and
+    // answers none: the run ends on the second first token of a sample.
+    let node = FakeNode::start(Behaviour {
+        first_tokens_forever: true,
+        ..Behaviour::named("chatty")
+    });
+    let qdl = Qdl::connect(
+        QdlConfig {
+            stall_timeout: Duration::from_secs(30),
+            progress_timeout: Some(Duration::from_secs(30)),
+            ..config(&[&node])
+        },
+        Samples::new(64),
+    )
+    .expect("connects");
+    let settings = TestSettings {
+        use_token_latencies: true,
+        ..single_stream(200)
+    };
+    let ran = run(&qdl, &settings, 64, "tokens-forever");
+    let err = ran.outcome.run_error.expect("the run ends");
+    assert!(
+        err.contains(&format!(
+            "{}: a second first token for response id",
+            node.label("chatty")
+        )),
+        "{err}"
+    );
+    assert!(ran.took < Duration::from_secs(20), "{:?}", ran.took);
+}
+
+#[test]
+fn token_counts_no_answer_can_hold_are_refused_naming_the_node() {
+    for (n, tag) in [(i64::MAX, "i64max"), (i64::from(u32::MAX), "u32max")] {
+        let node = FakeNode::start(Behaviour {
+            first_tokens: true,
+            n_tokens: Some(n),
+            ..Behaviour::named("boastful")
+        });
+        let qdl = connect(&[&node], 32);
+        let settings = TestSettings {
+            use_token_latencies: true,
+            ..single_stream(10)
+        };
+        let ran = run(&qdl, &settings, 32, tag);
+        let err = ran.outcome.run_error.expect("the run fails");
+        assert!(
+            err.contains(&format!(
+                "{}: malformed answer for response id",
+                node.label("boastful")
+            )) && err.contains(&format!("{n} tokens")),
+            "{err}"
+        );
+        assert_eq!(detail_values(&ran.dir, "result_validity"), ["INVALID"]);
+    }
+}
+
+#[test]
 fn an_answer_for_an_id_never_sent_aborts_the_run() {
     let node = FakeNode::start(Behaviour {
         wrong_id_at: Some(7),

@@ -93,7 +93,9 @@ fn open(node: &Arc<Node>, request: http::Request<Body>) -> http::Response<Body> 
     let shown = peer.map_or_else(|| "unknown".to_string(), |a| a.to_string());
     info!(stream, peer = %shown, "infer stream opened");
     let max = node.config().limits.max_message_bytes.min(MAX_DATA_FRAME);
-    let input = Requests::<ToNode>::new(request.into_inner(), max, "ToNode");
+    let input = Requests::<ToNode>::new(request.into_inner(), max, "ToNode")
+        .charged(infer::Unfinished::new(&node.data.unfinished));
+    let input = crate::listen::SamplesSeen::new(input, Arc::clone(&node.grpc_slots), peer);
     let connection = node.data.connections.of(peer);
     let answers = infer::open(stream, input, connection, Arc::clone(&node.data));
     let mut response = http::Response::new(Body::new(Answers {
@@ -118,7 +120,8 @@ fn grpc_content(response: &mut http::Response<Body>) {
 /// only what has arrived), then the reply's chunks as they are sent.
 async fn probe(node: &Node, request: http::Request<Body>) -> http::Response<Body> {
     let max = node.config().limits.max_message_bytes.min(MAX_DATA_FRAME);
-    let mut requests = Requests::<ProbeRequest>::new(request.into_body(), max, "ProbeRequest");
+    let mut requests = Requests::<ProbeRequest>::new(request.into_body(), max, "ProbeRequest")
+        .charged(infer::Unfinished::new(&node.data.unfinished));
     let request = match requests.next().await {
         Some(Ok(request)) => request,
         Some(Err(e)) => return Status::invalid_argument(e.to_string()).into_http(),
@@ -179,6 +182,8 @@ struct Requests<M> {
     decoder: FrameDecoder,
     /// The message's name, for errors.
     what: &'static str,
+    /// What its unfinished message costs the node's budget.
+    unfinished: Option<infer::Unfinished>,
     _message: PhantomData<fn() -> M>,
 }
 
@@ -188,8 +193,15 @@ impl<M> Requests<M> {
             body,
             decoder: FrameDecoder::grpc(max),
             what,
+            unfinished: None,
             _message: PhantomData,
         }
+    }
+
+    /// Its unfinished message charged to `unfinished`.
+    fn charged(mut self, unfinished: infer::Unfinished) -> Self {
+        self.unfinished = Some(unfinished);
+        self
     }
 }
 
@@ -199,18 +211,29 @@ impl<M: prost::Message + Default> Stream for Requests<M> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         let body = &mut this.body;
-        this.decoder.poll_messages(this.what, cx, |cx| loop {
-            match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
-                None => return Poll::Ready(None),
-                Some(Err(status)) => return Poll::Ready(Some(Err(status.message().to_string()))),
-                // Requests carry no trailers worth reading.
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        return Poll::Ready(Some(Ok(data)));
+        let unfinished = &mut this.unfinished;
+        this.decoder.poll_messages_charged(
+            this.what,
+            cx,
+            |cx| loop {
+                match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
+                    None => return Poll::Ready(None),
+                    Some(Err(status)) => {
+                        return Poll::Ready(Some(Err(status.message().to_string())))
+                    }
+                    // Requests carry no trailers worth reading.
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Poll::Ready(Some(Ok(data)));
+                        }
                     }
                 }
-            }
-        })
+            },
+            |cx, held| match unfinished {
+                Some(u) => u.poll_charge(cx, held),
+                None => Poll::Ready(()),
+            },
+        )
     }
 }
 

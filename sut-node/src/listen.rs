@@ -1,5 +1,6 @@
 //! The connections' places within the limits (in total and per IP address,
-//! for both transports; those in a session keep theirs), and the gRPC
+//! for both transports; those whose session has carried samples keep
+//! theirs), and the gRPC
 //! server's accept loop: a refused client told why, a deadline for the TLS
 //! handshake or the first bytes, an idle timeout, and no busy loop when
 //! accepting fails (out of file descriptors): it waits and says so.
@@ -36,11 +37,14 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The connections served, against the limits (in total and per IP
-/// address). A connection that has started a session keeps its place; when
-/// the limits are reached, a new connection takes the place of the oldest
-/// one that has started none (of its own address, when that address is at
-/// its limit), which is closed: connections that never start a session
-/// cannot lock a LoadGen node out.
+/// address). When the limits are reached, a new connection takes the place
+/// of another (of its own address, when that address is at its limit),
+/// which is closed: the oldest that has started no session, or else the
+/// oldest whose session has sent no sample yet. Only a connection whose
+/// session has carried samples keeps its place whatever comes: neither
+/// connections that never start a session nor sessions that never send a
+/// sample can lock a LoadGen node out. (With mutual TLS every client holds
+/// a certificate of the client CA; they rank alike.)
 pub(crate) struct Slots {
     limits: Limits,
     table: Arc<Mutex<Table>>,
@@ -58,9 +62,19 @@ struct Table {
 
 struct Entry {
     peer: SocketAddr,
-    /// It has started a session that was accepted.
-    session: bool,
+    stage: Stage,
     evict: Evict,
+}
+
+/// How far a connection has come; the later, the longer it keeps its place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    /// No session accepted.
+    Open,
+    /// A session accepted, no sample sent on it yet.
+    Session,
+    /// Its session has carried samples: it is a run's, never closed.
+    Samples,
 }
 
 /// How to close a connection that must make room for another.
@@ -99,7 +113,7 @@ impl std::fmt::Debug for Slot {
 }
 
 /// A place taken: the slot, and the connection closed to make room for it
-/// (its address and the limit), if one was.
+/// (its address and why: the limit, and how far it had come), if one was.
 pub(crate) struct Taken {
     pub(crate) slot: Slot,
     pub(crate) evicted: Option<(SocketAddr, String)>,
@@ -136,21 +150,29 @@ impl Slots {
             // At its address's limit, only a connection of the same address
             // frees a place in both limits.
             let same_ip = mine >= self.limits.max_connections_per_peer;
-            let victim = t
-                .open
-                .iter()
-                .find(|(_, e)| {
-                    !e.session
-                        && !matches!(e.evict, Evict::Unable)
-                        && (!same_ip || e.peer.ip() == ip)
-                })
-                .map(|(id, _)| *id);
+            let candidates = |stage: Stage| {
+                t.open
+                    .iter()
+                    .find(|(_, e)| {
+                        e.stage == stage
+                            && !matches!(e.evict, Evict::Unable)
+                            && (!same_ip || e.peer.ip() == ip)
+                    })
+                    .map(|(id, _)| *id)
+            };
+            let victim = candidates(Stage::Open).or_else(|| candidates(Stage::Session));
             let Some(victim) = victim else {
-                return Err(format!("{limit}, every one of them in a session"));
+                return Err(format!(
+                    "{limit}, every one of them in a session that has carried samples"
+                ));
             };
             if let Some(e) = t.remove(victim) {
                 e.evict.now();
-                evicted = Some((e.peer, limit));
+                let stage = match e.stage {
+                    Stage::Open => "it had started no session",
+                    _ => "its session had sent no sample",
+                };
+                evicted = Some((e.peer, format!("{stage}; {limit}")));
             }
         }
         let id = t.next;
@@ -161,7 +183,7 @@ impl Slots {
             id,
             Entry {
                 peer,
-                session: false,
+                stage: Stage::Open,
                 evict,
             },
         );
@@ -175,15 +197,67 @@ impl Slots {
     }
 
     /// Records whether the connection from `peer` has a session accepted:
-    /// then it is never closed to make room.
+    /// then it is closed to make room only after those that have none.
     pub(crate) fn session(&self, peer: SocketAddr, accepted: bool) {
+        self.set_stage(peer, |s| match (accepted, s) {
+            (false, _) => Stage::Open,
+            (true, Stage::Samples) => Stage::Samples,
+            (true, _) => Stage::Session,
+        });
+    }
+
+    /// Records that the connection from `peer` has sent a sample in its
+    /// session: then it is never closed to make room.
+    pub(crate) fn samples(&self, peer: SocketAddr) {
+        self.set_stage(peer, |s| match s {
+            Stage::Open => Stage::Open,
+            _ => Stage::Samples,
+        });
+    }
+
+    fn set_stage(&self, peer: SocketAddr, next: impl FnOnce(Stage) -> Stage) {
         let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(id) = t.by_peer.get(&peer).copied() else {
             return;
         };
         if let Some(e) = t.open.get_mut(&id) {
-            e.session = accepted;
+            e.stage = next(e.stage);
         }
+    }
+}
+
+/// An Infer stream's messages, which tell the connection's place of its
+/// first sample (see [`Slots::samples`]).
+pub(crate) struct SamplesSeen<S> {
+    inner: S,
+    slots: Option<(Arc<Slots>, SocketAddr)>,
+}
+
+impl<S> SamplesSeen<S> {
+    pub(crate) fn new(inner: S, slots: Arc<Slots>, peer: Option<SocketAddr>) -> Self {
+        Self {
+            inner,
+            slots: peer.map(|p| (slots, p)),
+        }
+    }
+}
+
+impl<S, E> tokio_stream::Stream for SamplesSeen<S>
+where
+    S: tokio_stream::Stream<Item = Result<proto::ToNode, E>> + Unpin,
+{
+    type Item = Result<proto::ToNode, E>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = Pin::new(&mut self.inner).poll_next(cx);
+        if let Poll::Ready(Some(Ok(m))) = &next {
+            if matches!(m.kind, Some(proto::to_node::Kind::Sample(_))) {
+                if let Some((slots, peer)) = self.slots.take() {
+                    slots.samples(peer);
+                }
+            }
+        }
+        next
     }
 }
 
@@ -327,7 +401,7 @@ where
             if let Some((other, limit)) = taken.evicted {
                 evicted.warn(&format!(
                     "gRPC connection from {other} closed to make room for one from {peer}: \
-                     it had started no session ({limit})"
+                     {limit}"
                 ));
             }
             let slot = taken.slot;
@@ -631,12 +705,24 @@ mod tests {
         assert!(limit.contains("--max-connections-per-peer"), "{limit}");
         assert!(notified(&a1_closed) && !notified(&a2_closed));
         slots.session(addr("10.0.0.1:3"), true);
-        let e = take("10.0.0.1:4").err().unwrap();
+        // Both in sessions that have sent nothing: the older makes room.
+        let (a4, evicted, _) = take("10.0.0.1:4").unwrap();
+        let (peer, why) = evicted.unwrap();
+        assert_eq!(peer, addr("10.0.0.1:2"));
+        assert!(why.contains("its session had sent no sample"), "{why}");
+        assert!(notified(&a2_closed));
+        drop(a2);
+        // Sessions that have carried samples keep their places.
+        slots.session(addr("10.0.0.1:4"), true);
+        slots.samples(addr("10.0.0.1:3"));
+        slots.samples(addr("10.0.0.1:4"));
+        let e = take("10.0.0.1:5").err().unwrap();
         assert!(
-            e.contains("--max-connections-per-peer") && e.contains("in a session"),
+            e.contains("--max-connections-per-peer")
+                && e.contains("in a session that has carried samples"),
             "{e}"
         );
-        // The node is full (a2, a3, b1): a connection from elsewhere
+        // The node is full (a3, a4, b1): a connection from elsewhere
         // replaces b1, the only one without a session.
         let (_b1, _, b1_closed) = take("10.0.0.2:1").unwrap();
         let (_c1, evicted, _) = take("10.0.0.3:1").unwrap();
@@ -645,6 +731,7 @@ mod tests {
         assert!(limit.contains("--max-connections limit"), "{limit}");
         assert!(notified(&b1_closed));
         slots.session(addr("10.0.0.3:1"), true);
+        slots.samples(addr("10.0.0.3:1"));
         let e = take("10.0.0.4:1").err().unwrap();
         assert!(e.contains("--max-connections limit"), "{e}");
         // A session refused later: its connection may make room again.
@@ -652,7 +739,7 @@ mod tests {
         let (_d1, evicted, _) = take("10.0.0.4:1").unwrap();
         assert_eq!(evicted.unwrap().0, addr("10.0.0.3:1"));
         // A place freed is free.
-        drop(a2);
+        drop(a4);
         let t = slots.table.lock().unwrap();
         assert_eq!((t.open.len(), t.per_ip.len(), t.by_peer.len()), (2, 2, 2));
     }

@@ -98,7 +98,7 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, node: Arc<Node>) -> Result<
                 if let Some((other, limit)) = taken.evicted {
                     evicted.warn(&format!(
                         "QUIC connection from {other} closed to make room for one from {peer}: \
-                         it had started no session ({limit})"
+                         {limit}"
                     ));
                 }
                 let node = Arc::clone(&node);
@@ -156,7 +156,7 @@ async fn connection(
             _ = evict.notified() => {
                 conn.close(
                     EVICTED.into(),
-                    b"sut-node closed this connection, which had started no session, to make room for another",
+                    b"sut-node closed this connection, which had sent no sample, to make room for another",
                 );
                 break;
             }
@@ -371,8 +371,10 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     let input = QuicSamples {
         recv,
         decoder: FrameDecoder::new(data_frame_limit(&node)),
+        unfinished: crate::infer::Unfinished::new(&node.data.unfinished),
     };
     let connection = node.data.connections.of(Some(peer));
+    let input = crate::listen::SamplesSeen::new(input, Arc::clone(&node.quic_slots), Some(peer));
     let mut answers = infer::open(stream, input, connection, Arc::clone(&node.data)).into_inner();
     loop {
         let chunks = w.take_chunks();
@@ -416,6 +418,8 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
 struct QuicSamples {
     recv: RecvStream,
     decoder: FrameDecoder,
+    /// What its unfinished frame costs the node's budget.
+    unfinished: crate::infer::Unfinished,
 }
 
 impl Stream for QuicSamples {
@@ -424,15 +428,21 @@ impl Stream for QuicSamples {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         let recv = &mut this.recv;
-        this.decoder.poll_messages("ToNode", cx, |cx| {
-            // `read_chunk` is cancel-safe: polling a fresh one each time
-            // loses nothing and leaves the waker registered.
-            let read = recv.read_chunk(usize::MAX, true);
-            tokio::pin!(read);
-            read.poll(cx).map(|r| match r {
-                Ok(chunk) => chunk.map(|c| Ok(c.bytes)),
-                Err(e) => Some(Err(e.to_string())),
-            })
-        })
+        let unfinished = &mut this.unfinished;
+        this.decoder.poll_messages_charged(
+            "ToNode",
+            cx,
+            |cx| {
+                // `read_chunk` is cancel-safe: polling a fresh one each time
+                // loses nothing and leaves the waker registered.
+                let read = recv.read_chunk(usize::MAX, true);
+                tokio::pin!(read);
+                read.poll(cx).map(|r| match r {
+                    Ok(chunk) => chunk.map(|c| Ok(c.bytes)),
+                    Err(e) => Some(Err(e.to_string())),
+                })
+            },
+            |cx, held| unfinished.poll_charge(cx, held),
+        )
     }
 }

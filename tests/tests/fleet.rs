@@ -181,3 +181,104 @@ fn a_node_killed_among_thirty_two_ends_the_run_invalid_naming_it() {
         |n| n.kill(),
     );
 }
+
+/// How long the stress test below repeats its runs: `FLEET_STRESS_SECONDS`,
+/// 120 s by default.
+fn stress_budget() -> Duration {
+    let secs = std::env::var("FLEET_STRESS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    Duration::from_secs(secs)
+}
+
+/// The longest one run of the stress test may take before it counts as
+/// hung: its 1.5 s, the node and progress timeouts, closing, and the
+/// connecting of 32 nodes on a starved host, with room.
+const RUN_BOUND: Duration = Duration::from_secs(90);
+
+/// Repetitions of the fleet's Server run, for a bounded time, while the
+/// host's every core is kept busy: every run must end (done, or INVALID
+/// naming what failed) within `RUN_BOUND`. Ignored by default: minutes of
+/// 32 nodes and busy cores would weigh on every other test of the suite;
+/// run it with `cargo test -p tests --test fleet -- --ignored`.
+#[test]
+#[ignore = "a stress test: minutes of busy cores (FLEET_STRESS_SECONDS)"]
+fn fleet_runs_under_cpu_contention_always_end() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let nodes = fleet("stress", NODES);
+    let sut = sut_list(&nodes);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..2 * cores)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let (mut runs, mut invalid) = (0, 0);
+    while started.elapsed() < stress_budget() {
+        let out = scratch("fleet-stress");
+        let mut child = Command::new(binary("loadgen-node"))
+            .args([
+                "--sut",
+                &sut,
+                "--scenario",
+                "Server",
+                "--mode",
+                "PerformanceOnly",
+            ])
+            .args(DATA)
+            .args(["--set", "target_qps=1000", "--set", "min_duration=1500"])
+            .args(["--set", "min_query_count=100"])
+            .args(["--node-timeout", "5", "--progress-timeout", "20"])
+            .arg("--output-dir")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("loadgen-node starts");
+        let began = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("waits") {
+                break s;
+            }
+            if began.elapsed() > RUN_BOUND {
+                let _ = child.kill();
+                let o = child.wait_with_output().expect("ends once killed");
+                panic!(
+                    "run {} hung: no end after {RUN_BOUND:?}\n{}",
+                    runs + 1,
+                    text(&o.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        runs += 1;
+        // INVALID (late answers on a starved host, a node named) is an end too.
+        match status.code() {
+            Some(0) => {}
+            Some(2) => invalid += 1,
+            other => {
+                let o = child.wait_with_output().expect("its output");
+                panic!("run {runs} ended with {other:?}: {}", text(&o.stderr));
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hogs {
+        let _ = h.join();
+    }
+    println!(
+        "{runs} runs of {NODES} nodes in {:.0?} under {} busy threads: none hung, {invalid} INVALID",
+        started.elapsed(),
+        2 * cores
+    );
+    assert!(runs > 0);
+}

@@ -14,7 +14,7 @@ use proto::sut_node_client::SutNodeClient;
 use proto::{to_node, Codec, SampleRequest, SessionRequest, ToNode};
 use tests::hostile::{
     connections_without_sessions, decode_bombs, probe_replies_never_read,
-    quic_probe_replies_never_read, slow_streams, streamed_zstd,
+    quic_probe_replies_never_read, slow_streams, streamed_zstd, unfinished_messages,
 };
 use tests::{detail_value, loadgen, scratch, sut_list, text, SutNode};
 use tokio::sync::mpsc;
@@ -239,38 +239,89 @@ fn a_loadgen_node_gets_in_past_connections_that_start_no_session() {
     drop(runtime);
 }
 
+/// `n` connections to `addr`, each with an accepted session; with
+/// `samples`, each has sent a sample on its Infer stream (and read its
+/// answer), as a run's connection has. Held until dropped.
+async fn sessions(addr: &str, n: usize, samples: bool) -> Vec<Box<dyn std::any::Any + Send>> {
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    for _ in 0..n {
+        let mut client = SutNodeClient::connect(format!("http://{addr}"))
+            .await
+            .expect("a connection");
+        let reply = client
+            .start_session(SessionRequest {
+                protocol_version: proto::PROTOCOL_VERSION,
+                model: "resnet50".into(),
+                scenario: "Server".into(),
+                input_codec: Codec::None as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("a session")
+            .into_inner();
+        assert!(reply.refusal.is_empty(), "{}", reply.refusal);
+        if !samples {
+            held.push(Box::new(client));
+            continue;
+        }
+        let (tx, rx) = mpsc::channel(1);
+        tx.send(sample(1, vec![1u8; 16], Codec::None))
+            .await
+            .unwrap();
+        let mut answers = client
+            .infer(ReceiverStream::new(rx))
+            .await
+            .expect("an Infer stream")
+            .into_inner();
+        // Until its answer: the node has seen the sample.
+        loop {
+            let m = answers
+                .message()
+                .await
+                .expect("the stream")
+                .expect("a message");
+            if !m.answers.is_empty() {
+                break;
+            }
+        }
+        held.push(Box::new((client, tx, answers)));
+    }
+    held
+}
+
+#[test]
+fn a_loadgen_node_gets_in_past_sessions_that_send_no_sample() {
+    // Every place of this address (64 by default) held by a connection with
+    // a session accepted, none of which ever sends a sample: the run's
+    // connections take their places, oldest first.
+    let node = SutNode::start("idle-sessions", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let held = runtime.block_on(sessions(&node.addr, 64, false));
+    assert_eq!(held.len(), 64);
+    let (o, out) = server_run(
+        &node,
+        "hostile-idle-sessions",
+        &["--sample-bytes", "4096", "--set", "target_latency=10000"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(validity(&out), Some("VALID".into()), "{}", text(&o.stdout));
+    drop(held);
+    drop(runtime);
+}
+
 #[test]
 fn a_loadgen_node_refused_at_a_limit_is_told_which() {
-    // Both places of this address held by connections in a session.
+    // Both places of this address held by connections whose sessions have
+    // carried samples: a run's, which nothing takes from them.
     let node = SutNode::start("full", &["--max-connections-per-peer", "2"]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let held = runtime.block_on(async {
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            let mut client = SutNodeClient::connect(format!("http://{}", node.addr))
-                .await
-                .expect("a connection");
-            let reply = client
-                .start_session(SessionRequest {
-                    protocol_version: proto::PROTOCOL_VERSION,
-                    model: "resnet50".into(),
-                    scenario: "Server".into(),
-                    input_codec: Codec::None as i32,
-                    ..Default::default()
-                })
-                .await
-                .expect("a session")
-                .into_inner();
-            assert!(reply.refusal.is_empty(), "{}", reply.refusal);
-            held.push(client);
-        }
-        held
-    });
+    let held = runtime.block_on(sessions(&node.addr, 2, true));
     let (o, _) = server_run(&node, "hostile-full", &["--sample-bytes", "4096"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains("2 connections open from 127.0.0.1, the --max-connections-per-peer limit")
+            && err.contains("in a session that has carried samples")
             && err.contains("tried 6 times"),
         "{err}"
     );
@@ -308,4 +359,42 @@ fn memory_a_burst_of_slow_streams_took_is_given_back_once_it_ends() {
         std::thread::sleep(Duration::from_millis(50));
         now = rss_mib(node.pid());
     }
+}
+
+#[test]
+fn unfinished_messages_on_every_stream_cost_the_nodes_budget_not_its_memory() {
+    // 4 connections of 8 Infer streams, each sending 8 MiB of a 60 MiB
+    // message and never the rest: 256 MiB, were they held. The node holds
+    // its budget of unfinished bytes (32 MiB here), 64 KiB a stream, and
+    // what its HTTP/2 windows let each connection send unread (16 MiB).
+    let node = SutNode::start("unfinished", &["--max-decoded-bytes", "33554432"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let addr = node.addr.parse().expect("an address");
+    let before = rss_mib(node.pid());
+    let attack = runtime.block_on(unfinished_messages(addr, 4, 8, 60 << 20, 8 << 20));
+    assert_eq!(attack.held(), 4 * 8 + 4);
+    // Until the node has taken all it will: its memory stops growing.
+    let mut last = rss_mib(node.pid());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = rss_mib(node.pid());
+        if now <= last + 1 || Instant::now() > deadline {
+            last = now;
+            break;
+        }
+        last = now;
+    }
+    let grown = last.saturating_sub(before);
+    assert!(grown < 160, "the node grew by {grown} MiB");
+    // A run beside it, its samples whole in their frames, is not held back.
+    let (o, out) = server_run(
+        &node,
+        "hostile-unfinished",
+        &["--sample-bytes", "4096", "--set", "target_latency=10000"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(validity(&out), Some("VALID".into()), "{}", text(&o.stdout));
+    drop(attack);
+    drop(runtime);
 }

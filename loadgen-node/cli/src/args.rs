@@ -290,9 +290,10 @@ pub struct RunArgs {
     #[serde(serialize_with = "duration")]
     pub node_timeout: Duration,
 
-    /// A sut-node with samples outstanding that sends only heartbeats (no
-    /// answer, first token or error) for this many seconds ends the run as
-    /// INVALID: its backend is hung. 0: wait for ever.
+    /// A sut-node with samples outstanding that sends only heartbeats or
+    /// first tokens (no answer or error) for this many seconds ends the run
+    /// as INVALID: its backend is hung. 0: the --node-timeout (no run waits
+    /// for ever on a node that only sends heartbeats).
     #[arg(long, default_value = "120", value_name = "SECONDS", value_parser = seconds)]
     #[serde(serialize_with = "duration")]
     pub progress_timeout: Duration,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use compression::CodecSpec;
 use loadgen_engine::config::{self, ConfKind, ConfigError, ConfigFile, SettingsSources};
+use loadgen_engine::disk::{read_text_bounded, MAX_TEXT_FILE};
 use loadgen_engine::footprint::{Footprint, SampleBytes};
 use loadgen_engine::runner::AuditConfig;
 use loadgen_engine::{EffectiveSettings, Scenario, TestMode, TestSettings};
@@ -227,7 +228,21 @@ impl TestPlan {
             mode: args.mode,
             settings: resolve_settings(args, model, memory.map(|m| m.total))?,
             user_conf: user_conf(args, model, &args.extras_dir())?,
-            audit: audit_file(args.audit_config.as_deref())?,
+            audit: audit_file(
+                args.audit_config.as_deref(),
+                args.scenario,
+                memory.map(|m| m.total),
+            )?,
+        })
+        .and_then(|plan| {
+            // The settings with the audit.config applied, as the engines
+            // will run them: within what the host can keep track of.
+            if let Some(a) = &plan.audit {
+                let mut settings = plan.settings.clone();
+                config::apply_audit(&mut settings, &a.config.file)?;
+                config::check_scale(&settings, memory.map(|m| m.total))?;
+            }
+            Ok(plan)
         })
     }
 
@@ -438,7 +453,7 @@ fn user_conf(args: &RunArgs, model: &str, extras: &Path) -> Result<UserConf> {
         });
     }
     let mut text = match &args.user_conf {
-        Some(p) => std::fs::read_to_string(p)
+        Some(p) => read_text_bounded(p, MAX_TEXT_FILE)
             .with_context(|| format!("cannot read --user-conf {}", p.display()))?,
         None => String::new(),
     };
@@ -455,7 +470,13 @@ fn user_conf(args: &RunArgs, model: &str, extras: &Path) -> Result<UserConf> {
 
 /// `--audit-config`, or `./audit.config` when it exists, as the official
 /// LoadGen does.
-fn audit_file(explicit: Option<&Path>) -> Result<Option<AuditFile>> {
+/// Its values are checked as `--set`'s are, for `scenario` on a host of
+/// `memory` bytes.
+fn audit_file(
+    explicit: Option<&Path>,
+    scenario: Scenario,
+    memory: Option<u64>,
+) -> Result<Option<AuditFile>> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None if Path::new("audit.config").is_file() => {
@@ -467,13 +488,14 @@ fn audit_file(explicit: Option<&Path>) -> Result<Option<AuditFile>> {
         }
         None => return Ok(None),
     };
-    let text = std::fs::read_to_string(&path)
+    let text = read_text_bounded(&path, MAX_TEXT_FILE)
         .with_context(|| format!("--audit-config: cannot read {}", path.display()))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let file = ConfigFile::parse(&path.display().to_string(), &text).map_err(joined)?;
+    file.check_audit_values(scenario, memory)?;
     Ok(Some(AuditFile {
         path,
         config: AuditConfig { name, file },

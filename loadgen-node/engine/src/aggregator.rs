@@ -404,7 +404,8 @@ impl<A: Write, T: Write> Aggregator<A, T> {
                     .push("Number of tokens need to be greater than 1".into());
                 n_tokens = 0;
             }
-            d.token_count += n_tokens as u64;
+            // A sum that cannot wrap, whatever a SUT reports.
+            d.token_count = d.token_count.saturating_add(n_tokens as u64);
             if self.cfg.first_token_expected {
                 match c.first_token_ns {
                     Some(ft) => {

@@ -2,7 +2,8 @@
 //! ([`free_bytes`]), a [`Reserve`] held for the records that close a test's
 //! logs, and the log files of a test, which, when a write finds the disk
 //! full, give the reserve back, end the run at once with the reason, and
-//! finish that write, so that every log ends with whole records.
+//! finish that write, so that every log ends with whole records. Also the
+//! bounded read of the small text files a run is given ([`read_bounded`]).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -16,6 +17,42 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// that close them once the disk has filled: the write under way, the
 /// detail log's last records and the summary (tens of KiB), with room.
 pub const RESERVE_BYTES: u64 = 1 << 20;
+
+/// The most a run's text inputs may hold (configuration files, node lists,
+/// plans): far more than any real one, far less than a host's memory.
+pub const MAX_TEXT_FILE: u64 = 4 << 20;
+
+/// Reads `path` whole, but no more than `limit` bytes: a larger file, or one
+/// without end (`/dev/zero`, a FIFO fed for ever), is an error of kind
+/// `InvalidData` saying so, after at most `limit + 1` bytes read.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = File::open(path)?;
+    let too_large = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes, the most such a file may hold"),
+        )
+    };
+    if file
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.len() > limit)
+    {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// [`read_bounded`] as UTF-8 text.
+pub fn read_text_bounded(path: &Path, limit: u64) -> io::Result<String> {
+    String::from_utf8(read_bounded(path, limit)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
+}
 
 /// Bytes free for an unprivileged writer on the filesystem holding `path`
 /// (statvfs's available blocks), or on that of its nearest existing
@@ -213,6 +250,24 @@ impl<W: Write> Write for LogFile<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_are_bounded_whatever_the_file() {
+        let dir = testkit::Scratch::new("read-bounded");
+        let small = dir.path().join("small.conf");
+        std::fs::write(&small, b"a = 1\n").unwrap();
+        assert_eq!(read_text_bounded(&small, 6).unwrap(), "a = 1\n");
+        let e = read_bounded(&small, 5).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("larger than 5 bytes"), "{e}");
+        // A file without end: refused after limit + 1 bytes, at once.
+        let started = std::time::Instant::now();
+        let e = read_bounded(Path::new("/dev/zero"), MAX_TEXT_FILE).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let e = read_text_bounded(Path::new("/dev/zero"), 16).unwrap_err();
+        assert!(e.to_string().contains("larger than 16 bytes"), "{e}");
+    }
 
     /// Takes `room` bytes, then reports the disk full; the first time it
     /// does, it grows to `freed` (the room a released reserve makes).

@@ -107,6 +107,9 @@ impl Hasher for IdHasher {
 /// Ids in flight and when each was issued.
 pub(crate) type IdMap = HashMap<u64, Instant, BuildHasherDefault<IdHasher>>;
 
+/// A set of ids in flight.
+pub(crate) type IdSet = std::collections::HashSet<u64, BuildHasherDefault<IdHasher>>;
+
 /// How many samples one connection may have taken for sending and not yet
 /// had answered, and which; the rest wait in its queue. The node's
 /// flow-control windows are sized in bytes for large inputs: with small
@@ -124,6 +127,8 @@ pub(crate) struct InFlight {
 pub(crate) struct Window {
     /// The ids taken and not yet answered, and when each was issued.
     pub(crate) ids: IdMap,
+    /// Those of them whose first token has arrived: a sample has one.
+    pub(crate) first_tokens: IdSet,
     /// The transport's task, waiting for room.
     waiting: Option<Waker>,
     /// The receive side has ended: no limit any more.

@@ -60,6 +60,14 @@ pub struct Behaviour {
     pub close_at: Option<u64>,
     /// From sample number N on, answer nothing and send no heartbeat.
     pub silent_from: Option<u64>,
+    /// From sample number N on, answer nothing but keep sending heartbeats
+    /// (no real peer does: a backend hung behind a live node).
+    pub hung_from: Option<u64>,
+    /// Never answer; at every heartbeat, send again the first token of
+    /// every sample received (no real peer does: a node that looks busy).
+    pub first_tokens_forever: bool,
+    /// The token count of every answer, instead of its own.
+    pub n_tokens: Option<i64>,
     /// Answer sample number N with a SampleError.
     pub error_at: Option<u64>,
     /// Answer sample number N with a wrong id.
@@ -88,6 +96,9 @@ impl Behaviour {
             first_tokens: false,
             close_at: None,
             silent_from: None,
+            hung_from: None,
+            first_tokens_forever: false,
+            n_tokens: None,
             error_at: None,
             wrong_id_at: None,
             status_at: None,
@@ -193,7 +204,10 @@ impl SutNode for Service {
         let (out, out_rx) = mpsc::unbounded_channel();
         let (replies, mut replies_rx) = mpsc::unbounded_channel::<Reply>();
         let silent = Arc::new(AtomicBool::new(false));
+        // Samples whose first tokens are sent again and again.
+        let tokened = Arc::new(Mutex::new(Vec::<u64>::new()));
         let (b, log, quiet) = (self.b.clone(), self.log.clone(), silent.clone());
+        let tokened_in = Arc::clone(&tokened);
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
@@ -215,6 +229,13 @@ impl SutNode for Service {
                         }
                         if b.silent_from.is_some_and(|k| n >= k) {
                             quiet.store(true, Ordering::SeqCst);
+                            continue;
+                        }
+                        if b.hung_from.is_some_and(|k| n >= k) {
+                            continue;
+                        }
+                        if b.first_tokens_forever {
+                            tokened_in.lock().unwrap().push(s.id);
                             continue;
                         }
                         let id = if b.wrong_id_at == Some(n) {
@@ -267,7 +288,13 @@ impl SutNode for Service {
                         }
                     }
                     _ = beat.tick(), if b.heartbeat.is_some() && !silent.load(Ordering::SeqCst) => {
-                        let _ = out.send(Ok(FromNode { heartbeat: true, ..FromNode::default() }));
+                        let first_tokens: Vec<FirstToken> = tokened
+                            .lock()
+                            .unwrap()
+                            .iter()
+                            .map(|&id| FirstToken { id, payload: Bytes::from_static(b"tokn"), codec: Codec::None as i32 })
+                            .collect();
+                        let _ = out.send(Ok(FromNode { heartbeat: true, first_tokens, ..FromNode::default() }));
                     }
                 }
             }
@@ -299,7 +326,9 @@ fn messages(b: &Behaviour, batch: impl Iterator<Item = Reply>) -> Vec<FromNode> 
                     id,
                     payload: encode(&data),
                     codec,
-                    n_tokens: if b.first_tokens { N_TOKENS } else { 0 },
+                    n_tokens: b
+                        .n_tokens
+                        .unwrap_or(if b.first_tokens { N_TOKENS } else { 0 }),
                     // Timings as a sut-node reports them, so the QDL
                     // records every part of the breakdown.
                     node_queue_ns: 1_000,

@@ -22,7 +22,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::{oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
 
 /// Bytes are counted in KiB, so that any budget fits a semaphore.
 const UNIT: usize = 1024;
@@ -345,5 +349,132 @@ mod tests {
         assert_ne!(connections.of(Some(a)).id, id);
         // No address: a share of its own.
         assert_ne!(connections.of(None).id, connections.of(None).id);
+    }
+}
+
+/// Bytes of an unfinished message a stream holds without charge: one small
+/// input split across transport frames never waits.
+pub(crate) const UNFINISHED_FREE: usize = 64 << 10;
+
+/// What a stream holds of a message still arriving (a gRPC message, a QUIC
+/// frame), charged to the node's budget of such bytes beyond
+/// [`UNFINISHED_FREE`]: when that budget is spent, the stream reads no more
+/// (the transport's flow control holds its client back) until other
+/// messages have been finished or dropped. Many streams each sending most
+/// of a message and never the rest then hold that budget, not the host's
+/// memory.
+pub(crate) struct Unfinished {
+    units: Arc<Semaphore>,
+    total: u32,
+    /// Units held now.
+    charged: u32,
+    /// Waiting for more: the acquisition and how many it asked for.
+    waiting: Option<(Acquiring, u32)>,
+}
+
+type Acquiring = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
+impl std::fmt::Debug for Unfinished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Unfinished({} units)", self.charged)
+    }
+}
+
+impl Unfinished {
+    /// Charged to `budget`, the node's (one per node, shared by all streams).
+    pub(crate) fn new(budget: &Budget) -> Self {
+        Self {
+            units: Arc::clone(budget.semaphore()),
+            total: u32::try_from(budget.total).unwrap_or(u32::MAX),
+            charged: 0,
+            waiting: None,
+        }
+    }
+
+    /// The stream holds `buffered` bytes of unfinished messages: `Ready` once
+    /// they are paid for (what it holds beyond them given back), `Pending`
+    /// while it waits for the budget. A budget that is closed charges nothing.
+    pub(crate) fn poll_charge(&mut self, cx: &mut Context<'_>, buffered: usize) -> Poll<()> {
+        loop {
+            let over = buffered.saturating_sub(UNFINISHED_FREE);
+            // At most the whole budget: any message the limits accept can
+            // arrive, alone if need be.
+            let need = u32::try_from(over.div_ceil(UNIT))
+                .unwrap_or(u32::MAX)
+                .min(self.total);
+            if let Some((acquiring, n)) = &mut self.waiting {
+                match acquiring.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(permit)) => {
+                        permit.forget();
+                        self.charged += *n;
+                    }
+                    Poll::Ready(Err(_)) => {
+                        self.waiting = None;
+                        return Poll::Ready(());
+                    }
+                }
+                self.waiting = None;
+                continue;
+            }
+            if need <= self.charged {
+                let back = self.charged - need;
+                if back > 0 {
+                    self.units.add_permits(back as usize);
+                    self.charged = need;
+                }
+                return Poll::Ready(());
+            }
+            let more = need - self.charged;
+            let units = Arc::clone(&self.units);
+            self.waiting = Some((Box::pin(units.acquire_many_owned(more)), more));
+        }
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.charged > 0 {
+            self.units.add_permits(self.charged as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod unfinished_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unfinished_messages_wait_for_the_nodes_budget_and_give_it_back() {
+        let node = Budget::new(1 << 20);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut a, mut b) = (Unfinished::new(&node), Unfinished::new(&node));
+        // The free part costs nothing.
+        assert!(a.poll_charge(&mut cx, UNFINISHED_FREE).is_ready());
+        assert_eq!(node.held(), 0);
+        assert!(a
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_ready());
+        assert_eq!(node.held(), 600);
+        // Another stream's unfinished message waits for what is left.
+        assert!(b
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_pending());
+        assert!(b
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_pending());
+        // The first finishes its message: its bytes go back, the other goes on.
+        assert!(a.poll_charge(&mut cx, 0).is_ready());
+        assert!(b
+            .poll_charge(&mut cx, UNFINISHED_FREE + (600 << 10))
+            .is_ready());
+        assert_eq!(node.held(), 600);
+        // A message larger than the whole budget can still arrive, alone.
+        drop(b);
+        assert_eq!(node.held(), 0);
+        assert!(a.poll_charge(&mut cx, 8 << 20).is_ready());
+        assert_eq!(node.held(), 1024);
+        drop(a);
+        assert_eq!(node.held(), 0);
     }
 }

@@ -24,6 +24,10 @@ pub(crate) struct DataPath {
     /// The decoded-bytes budget of the samples received and not yet run,
     /// those being decoded included (`Limits::max_decoded_bytes`).
     pub(crate) decoded: Budget,
+    /// The bytes the streams hold of messages still arriving, beyond a
+    /// small free part each (`budget::Unfinished`): a budget of its own, as
+    /// large as the decoded one.
+    pub(crate) unfinished: Budget,
     /// Each connection's share of it (`Limits::max_decoded_bytes_per_connection`).
     pub(crate) connections: Connections,
     /// Turns to decode compressed inputs, one per core, shared fairly by
@@ -56,6 +60,7 @@ impl DataPath {
             batcher,
             stop,
             decoded: Budget::new(limits.max_decoded_bytes),
+            unfinished: Budget::new(limits.max_decoded_bytes),
             connections: Connections::new(limits.max_decoded_bytes_per_connection),
             decoding: Arc::new(DecodePool::new(decoding_turns)),
             decoding_turns,

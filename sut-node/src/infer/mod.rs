@@ -45,6 +45,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::Status;
 
+pub(crate) use budget::Unfinished;
 pub(crate) use data_path::DataPath;
 
 /// Starts the reader and writer of a new stream, whatever its transport:

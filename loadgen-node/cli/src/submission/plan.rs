@@ -3,12 +3,11 @@
 //! where there is one), and each of its runs as a [`RunArgs`] value.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use loadgen_engine::Scenario;
+use loadgen_engine::{disk, Scenario};
 use serde::Deserialize;
 use serde_json::{json, Map};
 use toml::Spanned;
@@ -17,10 +16,6 @@ use crate::args::{Engine, RunArgs, SetArg, SutArg};
 use crate::audit;
 use crate::benchmarks::{self, Round};
 use crate::compliance::{self, AuditTest, Dtype};
-
-/// The largest plan file read: a plan is a page of settings, and a file
-/// much larger (or endless, such as /dev/zero) is not one.
-const MAX_PLAN_BYTES: u64 = 1 << 20;
 
 /// The division of the submission: its folder and what the checker asks.
 #[derive(Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -259,9 +254,13 @@ fn folder_name(what: &str, value: &str) -> Result<(), String> {
     if value.trim().is_empty() {
         return Err(format!("`{what}` must be a non-empty name"));
     }
-    if value == "." || value == ".." || value.contains(['/', '\\', '\0']) {
+    if value == "."
+        || value == ".."
+        || value.contains(['/', '\\'])
+        || value.chars().any(char::is_control)
+    {
         return Err(format!(
-            "`{what}` = {value:?} must be one folder's name (no '/', '\\', '.' or '..'): it names a folder of the tree"
+            "`{what}` = {value:?} must be one folder's name (no '/', '\\', control characters, '.' or '..'): it names a folder of the tree"
         ));
     }
     Ok(())
@@ -283,13 +282,8 @@ impl SubmissionPlan {
     /// line where there is one.
     pub fn read(path: &Path) -> Result<SubmissionPlan> {
         let name = path.display().to_string();
-        let mut text = String::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_PLAN_BYTES + 1).read_to_string(&mut text))
+        let text = disk::read_text_bounded(path, disk::MAX_TEXT_FILE)
             .with_context(|| format!("cannot read the plan {name}"))?;
-        if text.len() as u64 > MAX_PLAN_BYTES {
-            bail!("{name}: larger than {MAX_PLAN_BYTES} bytes: not a plan");
-        }
         // A bare file name has an empty parent: the current directory.
         let base = path
             .parent()

@@ -93,10 +93,13 @@ impl ConfigFile {
     /// [`ConfigError::Invalid`] holding every error of the file.
     pub fn read(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|cause| ConfigError::NotFound {
-            path: path.to_path_buf(),
-            cause,
-        })?;
+        let bytes =
+            crate::disk::read_bounded(path, crate::disk::MAX_TEXT_FILE).map_err(|cause| {
+                ConfigError::NotFound {
+                    path: path.to_path_buf(),
+                    cause,
+                }
+            })?;
         // Byte-oriented like the official LoadGen: invalid UTF-8 can only be in keys or
         // values, which then fail to match or to parse as numbers.
         let text = String::from_utf8_lossy(&bytes);

@@ -187,7 +187,59 @@ const CHECKED: &[(&str, Option<Scenario>, Accepted)] = &[
     ),
 ];
 
+/// What an audit.config may set beyond [`CHECKED`]: the keys a user.conf may
+/// not hold but the audit tests do (a bad mode in a user.conf is reported
+/// the official LoadGen's way instead).
+const AUDIT_CHECKED: &[(&str, Accepted)] = &[
+    // SubmissionRun, AccuracyOnly, PerformanceOnly, FindPeakPerformance.
+    ("mode", Accepted::Int { min: 0, max: 3 }),
+    (
+        "accuracy_log_probability",
+        Accepted::Float {
+            min: 0.0,
+            max: 100.0,
+            unit: "percent",
+        },
+    ),
+];
+
 impl ConfigFile {
+    /// Checks an audit.config's values as `--set`'s are checked (the audit
+    /// tests' keys too: mode, accuracy_log_probability), for a run of
+    /// `scenario` on a machine of `memory` bytes: the engines apply it with
+    /// model `*`. Keys it does not know are left alone, as the engines
+    /// leave them.
+    pub fn check_audit_values(
+        &self,
+        scenario: Scenario,
+        memory: Option<u64>,
+    ) -> Result<(), ConfigError> {
+        let mut errors = match self.check_values("*", scenario, memory) {
+            Ok(()) => Vec::new(),
+            Err(ConfigError::Invalid { errors, .. }) => errors,
+            Err(e) => vec![e],
+        };
+        for &(name, accepted) in AUDIT_CHECKED {
+            if let Some((key, e)) = self.lookup("*", scenario.as_str(), name) {
+                if !accepted.holds(&e.value, memory) {
+                    errors.push(ConfigError::OutOfRange {
+                        file: self.name.clone(),
+                        line: e.line,
+                        key,
+                        value: e.value.clone(),
+                        name,
+                        accepted: accepted.describe(&e.value, memory),
+                    });
+                }
+            }
+        }
+        errors.sort_by_key(|e| match e {
+            ConfigError::OutOfRange { line, .. } => *line,
+            _ => 0,
+        });
+        self.errors_or_ok(errors)
+    }
+
     /// Checks the values that `apply` would use for `model` run as
     /// `scenario` against the ranges a run can honour on a machine of
     /// `memory` bytes (`None`: unknown). Every problem is reported, each
@@ -322,9 +374,48 @@ pub fn check_scale(s: &TestSettings, memory: Option<u64>) -> Result<(), ConfigEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::apply::apply_audit;
     use crate::config::error::ConfKind;
     use crate::config::parse::user_conf as parse;
     use crate::config::parse::BUILTIN_MLPERF_CONF;
+
+    #[test]
+    fn audit_values_are_checked_as_set_values_are() {
+        let f = parse(
+            "*.*.min_duration = 31536000001\n*.*.mode = 99\n\
+             *.*.accuracy_log_probability = nan\n*.*.test09_min_output_tokens = 5\n",
+        )
+        .unwrap();
+        let e = f
+            .check_audit_values(Scenario::Server, None)
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "user.conf:1: `*.*.min_duration = 31536000001` is out of range",
+            "user.conf:2: `*.*.mode = 99` is out of range: mode must be an integer from 0 to 3",
+            "user.conf:3: `*.*.accuracy_log_probability = nan` is out of range",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        assert!(!e.contains("test09"), "unknown keys are left alone: {e}");
+        let f = parse("*.*.mode = 2\n*.*.accuracy_log_probability = 50\n*.*.min_duration = 600000\n*.*.test07_accuracy_threshold = 0.9\n")
+            .unwrap();
+        f.check_audit_values(Scenario::SingleStream, None).unwrap();
+        let f = parse("*.*.min_duration = 18446744073709551615\n").unwrap();
+        assert!(f.check_audit_values(Scenario::MultiStream, None).is_err());
+        // A year is in range, but not at a high target: the plan it makes
+        // is refused as `--set`'s would be, once the audit is applied.
+        let f = parse("*.*.min_duration = 31536000000\n").unwrap();
+        f.check_audit_values(Scenario::Server, None).unwrap();
+        let mut s = TestSettings {
+            scenario: Scenario::Server,
+            server_target_qps: 100_000.0,
+            ..TestSettings::default()
+        };
+        apply_audit(&mut s, &f).unwrap();
+        let e = check_scale(&s, None).unwrap_err().to_string();
+        assert!(e.contains("min_duration 31536000000 ms"), "{e}");
+    }
 
     #[test]
     fn builtin_and_reference_values_are_in_range() {
