@@ -115,6 +115,12 @@ pub struct Plan {
 /// cannot have it.
 pub fn checker_benchmark(model: &str, round: Round) -> Result<&'static str, String> {
     let Some(b) = benchmarks::find(model) else {
+        if let Some(n) = benchmarks::not_run(round)
+            .iter()
+            .find(|n| n.checker == model)
+        {
+            return Err(format!("`{model}` cannot be run: {}", n.reason));
+        }
         return Err(format!(
             "unknown benchmark `{model}` (known: {})",
             benchmarks::BENCHMARKS
@@ -1116,6 +1122,8 @@ target_qps = 2000
             "{e}"
         );
         assert_eq!(checker_benchmark("retinanet", Round::V5_1), Ok("retinanet"));
+        let e = checker_benchmark("e2e-rag-qna", now).unwrap_err();
+        assert!(e.contains("not in LoadGen 6.0.17's mlperf.conf"), "{e}");
         assert!(checker_benchmark("rnnt", now)
             .unwrap_err()
             .contains("retired"));

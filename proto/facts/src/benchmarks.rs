@@ -760,6 +760,52 @@ pub fn canonical(model: &str) -> &str {
     find(model).map_or(model, |b| b.model)
 }
 
+/// A benchmark of a round's submission checker that the official LoadGen
+/// 6.0.17 does not run: its mlperf.conf has no settings for it, so neither
+/// engine can make a run the checker would take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotRun {
+    /// The checker's benchmark folder.
+    pub checker: &'static str,
+    /// The category whose required scenarios list it.
+    pub category: &'static str,
+    pub reason: &'static str,
+}
+
+/// The checker's benchmarks of v6.1 that 6.0.17's mlperf.conf does not know
+/// (the checker's v6.0 has none).
+pub const NOT_RUN_V6_1: &[NotRun] = &[
+    NotRun {
+        checker: "e2e-rag-qna",
+        category: "datacenter",
+        reason: "not in LoadGen 6.0.17's mlperf.conf: an end-to-end retrieval-augmented pipeline \
+                 (FRAMES questions answered over a document store) run by its own harness, \
+                 added to the checker after 6.0.17",
+    },
+    NotRun {
+        checker: "e2e-rag-db",
+        category: "datacenter",
+        reason: "not in LoadGen 6.0.17's mlperf.conf: the document-store half of the \
+                 end-to-end retrieval-augmented pipeline, run by its own harness, added to the \
+                 checker after 6.0.17",
+    },
+    NotRun {
+        checker: "qwen3.6-27b",
+        category: "edge",
+        reason: "not in LoadGen 6.0.17's mlperf.conf: the edge agentic benchmark (BFCL v4 \
+                 accuracy, a recorded agentic-coding session replayed for performance), \
+                 added to the checker after 6.0.17",
+    },
+];
+
+/// The checker's benchmarks of `round` that 6.0.17's LoadGen does not run.
+pub fn not_run(round: Round) -> &'static [NotRun] {
+    match round {
+        Round::V5_1 => &[],
+        Round::V6_1 => NOT_RUN_V6_1,
+    }
+}
+
 /// The names, for error messages.
 pub fn names() -> Vec<&'static str> {
     BENCHMARKS.iter().map(|b| b.model).collect()
