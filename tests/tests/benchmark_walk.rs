@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use facts::benchmarks::Round;
 use tests::{binary, loadgen, scratch, text, SutNode};
 
 /// The benchmarks whose required audits loadgen-node does not run yet
@@ -62,6 +63,9 @@ struct Walk {
 }
 
 const OFFLINE: &[&str] = &["Offline"];
+/// The checker's v6.1 requires, beside Offline, one of Server and
+/// Interactive of the datacenter LLMs (and Qwen3-VL).
+const OFFLINE_SERVER: &[&str] = &["Offline", "Server"];
 /// 20 µs a sample, up to 64 in a batch: 50,000 samples/s, so that the
 /// accuracy runs over whole data sets (rgat's 788,379 samples, dlrm-v3's
 /// 349,823) take seconds, and a SingleStream query about the round trip.
@@ -131,7 +135,7 @@ const WALK: &[Walk] = &[
         folder: "llama3.1-8b",
         model: "llama3.1-8b",
         category: Category::Datacenter,
-        scenarios: OFFLINE,
+        scenarios: OFFLINE_SERVER,
         node: FAST,
         twin: false,
     },
@@ -147,7 +151,7 @@ const WALK: &[Walk] = &[
         folder: "llama2-70b-99.9",
         model: "llama2-70b",
         category: Category::Datacenter,
-        scenarios: OFFLINE,
+        scenarios: OFFLINE_SERVER,
         node: FAST,
         twin: false,
     },
@@ -171,7 +175,7 @@ const WALK: &[Walk] = &[
         folder: "deepseek-r1",
         model: "deepseek-r1",
         category: Category::Datacenter,
-        scenarios: OFFLINE,
+        scenarios: OFFLINE_SERVER,
         node: FAST,
         twin: false,
     },
@@ -187,7 +191,7 @@ const WALK: &[Walk] = &[
         folder: "gpt-oss-120b",
         model: "gpt-oss-120b",
         category: Category::Datacenter,
-        scenarios: OFFLINE,
+        scenarios: OFFLINE_SERVER,
         node: FAST,
         twin: false,
     },
@@ -203,7 +207,7 @@ const WALK: &[Walk] = &[
         folder: "qwen3-vl-235b-a22b",
         model: "qwen3-vl-235b-a22b",
         category: Category::Datacenter,
-        scenarios: OFFLINE,
+        scenarios: OFFLINE_SERVER,
         node: FAST,
         twin: false,
     },
@@ -268,7 +272,7 @@ fn plan(w: &Walk, sut: &str, engine: &str) -> String {
 submitter = "MLPerfNet"
 sut = "{sut}"
 engine = "{engine}"
-run_flags = ["--sample-bytes", "{SAMPLE_BYTES}"]
+run_flags = ["--sample-bytes", "{SAMPLE_BYTES}"{answers}]
 
 [system_description]
 system_type = "{category}"
@@ -287,6 +291,11 @@ accuracy_command = "{loadgen} check-synthetic --model {model} --accuracy-log {{a
 min_duration = 300
 {per}"#,
         system = system_name(w),
+        // The node answers 64 bytes: the plan's disk check counts that.
+        answers = match w.node == SMALL_ANSWERS {
+            true => ", \"--max-answer-bytes\", \"64\"",
+            false => "",
+        },
         category = w.category.system_type(),
         model = w.model,
         folder = w.folder,
@@ -337,7 +346,13 @@ fn classify(line: &str, pending: bool) -> Complaint {
     // Synthetic answers print `accuracy=P%`, which no accuracy script but
     // ImageNet's prints: the checker finds no figure, or one below the
     // target, and says only that the accuracy checks failed.
-    if has("accuracy not met") || has("Some accuracy Checks failed") {
+    if has("accuracy not met") || has("Some accuracy checks Checks failed") {
+        return Complaint::Accuracy;
+    }
+    // WAN-2.2's sample videos for reviewers, which its accuracy tooling
+    // renders from real answers; a synthetic answer is no video (the
+    // plan's row says they are missing, and the walk checks that it does).
+    if has("expected to have the following extra files") && has("/videos") {
         return Complaint::Accuracy;
     }
     let audit = ["TEST07", "TEST08", "TEST09"].iter().any(|t| has(t));
@@ -400,9 +415,9 @@ fn walk_one(w: &Walk, engine: &str, inference: Option<&Path>, root: &Path) -> Ou
     }
     let mut problems = Vec::new();
     // A run on a busy host may miss a latency bound, or an audit its 10 %:
-    // the plan resumes, redoing only what did not pass, up to twice more.
+    // the plan resumes once, redoing only what did not pass.
     let mut out = String::new();
-    for attempt in 0..3 {
+    for attempt in 0..2 {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = loadgen(&argv);
         out = text(&o.stdout);
@@ -417,7 +432,7 @@ fn walk_one(w: &Walk, engine: &str, inference: Option<&Path>, root: &Path) -> Ou
         let again = rows(&out, w.folder)
             .iter()
             .any(|r| r.contains(": FAIL") || r.contains("performance: INVALID"));
-        if !again || attempt == 2 {
+        if !again || attempt == 1 {
             break;
         }
         eprintln!("{}: redoing what did not pass:\n{out}", w.folder);
@@ -475,7 +490,7 @@ fn check_rows(
     problems: &mut Vec<String>,
 ) {
     let b = facts::benchmarks::find(w.model).unwrap();
-    let audits = b.rules(facts::benchmarks::Round::CURRENT).unwrap().audits;
+    let audits = b.rules(Round::CURRENT).unwrap().audits;
     for s in w.scenarios {
         let folder = match (b.interactive, *s) {
             (true, "Server") => "Interactive",
@@ -488,11 +503,13 @@ fn check_rows(
             problems.push(format!("no row for {s}"));
             continue;
         };
-        let mut want = vec![
-            "accuracy: done".to_string(),
-            "performance: VALID".to_string(),
-        ];
-        let mut all_passed = true;
+        let extras = facts::benchmarks::accuracy_extras(w.folder, Round::CURRENT);
+        let accuracy = match extras {
+            None => "accuracy: done".to_string(),
+            Some(e) => format!("accuracy: {} sample files missing", e.samples.len() + 1),
+        };
+        let mut all_passed = extras.is_none();
+        let mut want = vec![accuracy, "performance: VALID".to_string()];
         for a in audits {
             let runs = !matches!(
                 a,
@@ -617,7 +634,7 @@ fn official_engine_walk_of_four_benchmarks() {
 fn the_walk_covers_every_benchmark_of_the_round_that_the_loadgen_runs() {
     // Every checker folder of the suite table's current round is walked,
     // with the scenarios of a category.
-    let round = facts::benchmarks::Round::CURRENT;
+    let round = Round::CURRENT;
     for b in facts::benchmarks::BENCHMARKS {
         let Some(r) = b.rules(round) else { continue };
         if b.interactive {

@@ -26,6 +26,9 @@
 //! model = "resnet50"
 //! scenarios = ["Offline", "Server", "SingleStream", "MultiStream"]
 //! accuracy_command = "python3 accuracy-imagenet.py --mlperf-accuracy-file {accuracy_log} ..."
+//!                                 # its output is accuracy.txt; {accuracy_dir} is the
+//!                                 # folder, where it writes the output samples the
+//!                                 # checker wants (WAN-2.2: videos/<index>.mp4, captions.txt)
 //! audit_dtype = "int32"           # TEST01/TEST06 --dtype (default byte/int32)
 //! eos_token_id = 2                # TEST06 (default 2)
 //! [benchmark.settings]            # user.conf settings of every scenario
@@ -581,7 +584,9 @@ fn accuracy_txt(command: Option<&String>, acc: &Path, what: &str) -> Result<()> 
         return Ok(());
     }
     let log = acc.join("mlperf_log_accuracy.json");
-    let command = command.replace("{accuracy_log}", &log.display().to_string());
+    let command = command
+        .replace("{accuracy_log}", &log.display().to_string())
+        .replace("{accuracy_dir}", &acc.display().to_string());
     let out = Command::new("sh")
         .args(["-c", &command])
         .output()
@@ -788,13 +793,22 @@ fn scenario(plan: &Plan, b: &PlanBenchmark, s: Scenario) -> Result<Row> {
     write_measurements(plan, b, s, &dir)?;
     let performance = result_validity(&performance_dir(&dir));
     let accuracy_done = accuracy_dir(&dir).join("accuracy.txt").exists();
-    let mut valid = performance == "VALID" && accuracy_done;
+    // The output samples the checker wants beside the log (WAN-2.2's
+    // videos), which the accuracy command writes into {accuracy_dir}.
+    let extras_missing = benchmarks::accuracy_extras(&b.benchmark, plan.rules)
+        .map_or_else(Vec::new, |e| e.missing(&accuracy_dir(&dir)));
+    let mut valid = performance == "VALID" && accuracy_done && extras_missing.is_empty();
     let mut cells = vec![
         (
             "accuracy".to_string(),
-            match accuracy_done {
-                true => "done".to_string(),
-                false => "accuracy.txt missing".to_string(),
+            match (accuracy_done, extras_missing.as_slice()) {
+                (false, _) => "accuracy.txt missing".to_string(),
+                (true, []) => "done".to_string(),
+                (true, [first, ..]) => format!(
+                    "{} sample files missing ({first}...: the accuracy command writes them \
+                     into {{accuracy_dir}})",
+                    extras_missing.len()
+                ),
             },
         ),
         ("performance".to_string(), performance),
