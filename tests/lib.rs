@@ -900,3 +900,20 @@ impl Drop for SmallDisk {
         let _ = Command::new("umount").arg(&self.mount).status();
     }
 }
+
+/// A data set of `n` samples of 64 bytes, as `.npy` files (`0000.npy`...)
+/// in `dir`: a compliance data set, say.
+pub fn npy_dataset(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        let mut dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (64,), }".to_string();
+        let unpadded = 10 + dict.len() + 1;
+        dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+        dict.push('\n');
+        b.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+        b.extend_from_slice(dict.as_bytes());
+        b.extend((0..64).map(|k| (i * 7 + k) as u8));
+        std::fs::write(dir.join(format!("{i:04}.npy")), b).unwrap();
+    }
+}

@@ -37,3 +37,7 @@ echo "ok: a tree with an altered file is reported, naming it"
 cargo clippy -p loadgen-cli -p tests --features tests/official-loadgen --all-targets -- -D warnings
 cargo build --bins -p loadgen-cli -p sut-node --features loadgen-cli/official-loadgen
 cargo test -p tests --features official-loadgen --test official "$@"
+# The walk of tests/tests/benchmark_walk.rs with the official engine, for
+# four benchmarks (gpt-oss-120b, dlrm-v3, llama3.1-8b, resnet); the
+# official checker on each tree when MLPERF_INFERENCE_DIR is set.
+cargo test -p tests --features official-loadgen --test benchmark_walk official_engine "$@"

@@ -356,22 +356,6 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
     }
 }
 
-/// A compliance data set of `n` samples of 64 bytes, as `.npy` files.
-fn npy_dataset(dir: &Path, n: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    for i in 0..n {
-        let mut b = b"\x93NUMPY\x01\x00".to_vec();
-        let mut dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (64,), }".to_string();
-        let unpadded = 10 + dict.len() + 1;
-        dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
-        dict.push('\n');
-        b.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-        b.extend_from_slice(dict.as_bytes());
-        b.extend((0..64).map(|k| (i * 7 + k) as u8));
-        std::fs::write(dir.join(format!("{i:04}.npy")), b).unwrap();
-    }
-}
-
 /// The checker's complaints of `checker.log`: its ERROR lines.
 fn checker_errors(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("checker.log"))
@@ -415,7 +399,7 @@ fn gpt_oss_tree(engine: &str) {
     );
     let dir = scratch(&format!("submission-gpt-oss-{engine}"));
     let compliance = dir.join("gpqa_compliance");
-    npy_dataset(&compliance, 990);
+    tests::npy_dataset(&compliance, 990);
     let lg = tests::binary("loadgen-node").display().to_string();
     let check = format!(
         "{lg} check-synthetic --model gpt-oss-120b --sample-bytes 64 --total-sample-count 256 \

@@ -384,8 +384,9 @@ pub fn check_plan(
     Err(format!(
         "the plan's {} runs still to be made do not fit on the disk: their logs, with the \
          copies the plan keeps, can reach {} (the largest: {}), and the filesystem of {} has {} \
-         free. Put the plan's output where there is room, or leave out the runs that do not \
-         fit.",
+         free. Put the plan's output where there is room, leave out the runs that do not fit, \
+         or, where the nodes answer less than the benchmark's answers, say so with \
+         --max-answer-bytes in run_flags.",
         steps.len(),
         size(need),
         shown.join(", "),

@@ -264,7 +264,14 @@ impl TestPlan {
         let bench = benchmarks::find(&self.model);
         // A model outside the suite: as large as the largest answer
         // accepted, when the flag says; otherwise unknown, counted empty.
-        let answer = bench.map_or(args.max_answer_bytes.unwrap_or(0), |b| b.output_bytes) as u64;
+        // A benchmark's answers are its own size, or at most what
+        // --max-answer-bytes accepts where that is less (a larger answer
+        // ends the run, and is not logged).
+        let answer = match (bench, args.max_answer_bytes) {
+            (None, max) => max.unwrap_or(0),
+            (Some(b), None) => b.output_bytes,
+            (Some(b), Some(max)) => b.output_bytes.min(max),
+        } as u64;
         let levers = Levers {
             synthetic: matches!(data, DataSource::Synthetic { .. }),
             ..self.levers(args)
@@ -585,6 +592,28 @@ mod tests {
     fn plan(argv: &[&str]) -> Result<RunPlan> {
         let flags = Flags::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))?;
         RunPlan::from_args(&flags.run)
+    }
+
+    #[test]
+    fn answers_are_counted_at_most_as_large_as_the_run_accepts() {
+        let needs = |extra: &[&str]| {
+            let mut argv = vec![
+                "x",
+                "--sut",
+                "127.0.0.1:1",
+                "--model",
+                "stable-diffusion-xl",
+                "--sample-bytes",
+                "64",
+            ];
+            argv.extend_from_slice(extra);
+            run_needs(&Flags::try_parse_from(argv).unwrap().run, None)
+                .unwrap()
+                .answer_bytes
+        };
+        assert_eq!(needs(&[]), 3_145_728);
+        assert_eq!(needs(&["--max-answer-bytes", "64"]), 64);
+        assert_eq!(needs(&["--max-answer-bytes", "99999999"]), 3_145_728);
     }
 
     #[test]

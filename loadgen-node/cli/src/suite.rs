@@ -16,6 +16,26 @@ pub struct SuiteArgs {
 /// Prints the table.
 pub fn print(args: &SuiteArgs) {
     print!("{}", table(args.rules));
+    print!("\n{}", not_run(args.rules));
+}
+
+/// The checker's benchmarks of `round` that the official LoadGen 6.0.17
+/// does not run, with the reason, as a Markdown table.
+pub fn not_run(round: Round) -> String {
+    let list = benchmarks::not_run(round);
+    if list.is_empty() {
+        return format!(
+            "Every checker benchmark of the {round} rules is in LoadGen 6.0.17's mlperf.conf.\n"
+        );
+    }
+    let mut out = format!(
+        "Checker benchmarks of the {round} rules that LoadGen 6.0.17 does not run:\n\n\
+         | checker folder | category | why not |\n|---|---|---|\n"
+    );
+    for n in list {
+        let _ = writeln!(out, "| {} | {} | {} |", n.checker, n.category, n.reason);
+    }
+    out
 }
 
 fn bytes(n: usize) -> String {
@@ -115,6 +135,20 @@ mod tests {
     }
 
     #[test]
+    fn the_checkers_benchmarks_the_loadgen_does_not_run_are_listed_with_the_reason() {
+        let t = not_run(Round::CURRENT);
+        for b in ["e2e-rag-qna", "e2e-rag-db", "qwen3.6-27b"] {
+            let row = t
+                .lines()
+                .find(|l| l.starts_with(&format!("| {b} |")))
+                .unwrap_or_else(|| panic!("{b}: {t}"));
+            assert!(row.contains("not in LoadGen 6.0.17's mlperf.conf"), "{row}");
+            assert!(benchmarks::find(b).is_none(), "{b}");
+        }
+        assert!(not_run(Round::V5_1).starts_with("Every checker benchmark of the v5.1 rules"));
+    }
+
+    #[test]
     fn the_operator_guide_holds_the_current_table() {
         let guide = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -125,7 +159,7 @@ mod tests {
         let start = guide.find(open).expect("the table's marker") + open.len();
         let end = start + guide[start..].find("<!-- end -->").expect("its end");
         assert!(
-            guide[start..end] == table(Round::CURRENT),
+            guide[start..end] == format!("{}\n{}", table(Round::CURRENT), not_run(Round::CURRENT)),
             "docs/operator-guide.md: paste the output of `loadgen-node suite` in"
         );
     }

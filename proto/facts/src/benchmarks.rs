@@ -827,6 +827,111 @@ pub fn canonical(model: &str) -> &str {
     find(model).map_or(model, |b| b.model)
 }
 
+/// A benchmark of a round's submission checker that the official LoadGen
+/// 6.0.17 does not run: its mlperf.conf has no settings for it, so neither
+/// engine can make a run the checker would take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotRun {
+    /// The checker's benchmark folder.
+    pub checker: &'static str,
+    /// The category whose required scenarios list it.
+    pub category: &'static str,
+    /// Why loadgen-node cannot run it, for `suite` and a plan's refusal.
+    pub reason: &'static str,
+}
+
+/// The checker's benchmarks of v6.1 that 6.0.17's mlperf.conf does not know
+/// (the checker's v6.0 has none).
+pub const NOT_RUN_V6_1: &[NotRun] = &[
+    NotRun {
+        checker: "e2e-rag-qna",
+        category: "datacenter",
+        reason: "not in LoadGen 6.0.17's mlperf.conf: the question answering (FRAMES) of the \
+                 end-to-end retrieval-augmented pipeline, run by that pipeline's own harness, \
+                 added to the checker after 6.0.17",
+    },
+    NotRun {
+        checker: "e2e-rag-db",
+        category: "datacenter",
+        reason: "not in LoadGen 6.0.17's mlperf.conf: the vector-database build (a measured \
+                 one-time operation) of the end-to-end retrieval-augmented pipeline, run by \
+                 that pipeline's own harness, added to the checker after 6.0.17",
+    },
+    NotRun {
+        checker: "qwen3.6-27b",
+        category: "edge",
+        reason: "not in LoadGen 6.0.17's mlperf.conf: the edge agentic benchmark (BFCL v4 \
+                 accuracy, a recorded agentic-coding session replayed for performance), \
+                 added to the checker after 6.0.17",
+    },
+];
+
+/// The checker's benchmarks of `round` that 6.0.17's LoadGen does not run.
+pub fn not_run(round: Round) -> &'static [NotRun] {
+    match round {
+        Round::V5_1 => &[],
+        Round::V6_1 => NOT_RUN_V6_1,
+    }
+}
+
+/// Files the checker requires beside an accuracy log, besides
+/// `accuracy.txt`: samples of the benchmark's output for a reviewer to look
+/// at, which the benchmark's own accuracy tooling writes (the checker's
+/// `REQUIRED_ACC_BENCHMARK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccuracyExtras {
+    /// The folder in the accuracy directory (`videos`, `images`).
+    pub dir: &'static str,
+    /// The sample files it must hold, by data set index (with
+    /// `extension`), and a `captions.txt`.
+    pub samples: &'static [&'static str],
+    /// The sample files' extension (`mp4`).
+    pub extension: &'static str,
+}
+
+/// What the checker's folder `checker` needs beside its accuracy logs in
+/// `round` (the checker's v6.1 for v6.1, its v6.0 for v5.1).
+pub fn accuracy_extras(checker: &str, round: Round) -> Option<AccuracyExtras> {
+    const WAN_V6_0: &[&str] = &[
+        "130", "106", "84", "59", "12", "31", "86", "122", "233", "96",
+    ];
+    const WAN_V6_1: &[&str] = &[
+        "130", "106", "84", "59", "12", "123", "43", "22", "238", "32",
+    ];
+    const SDXL_V6_0: &[&str] = &[
+        "1311", "2476", "3644", "2188", "4114", "52", "388", "1195", "3427", "2289",
+    ];
+    let (dir, samples, extension) = match (checker, round) {
+        ("wan-2.2-t2v-a14b", Round::V6_1) => ("videos", WAN_V6_1, "mp4"),
+        ("wan-2.2-t2v-a14b", Round::V5_1) => ("videos", WAN_V6_0, "mp4"),
+        ("stable-diffusion-xl", Round::V5_1) => ("images", SDXL_V6_0, "png"),
+        _ => return None,
+    };
+    Some(AccuracyExtras {
+        dir,
+        samples,
+        extension,
+    })
+}
+
+impl AccuracyExtras {
+    /// The files missing from the accuracy directory `acc`, as paths
+    /// relative to it.
+    pub fn missing(&self, acc: &std::path::Path) -> Vec<String> {
+        let dir = acc.join(self.dir);
+        let mut missing: Vec<String> = self
+            .samples
+            .iter()
+            .map(|s| format!("{s}.{}", self.extension))
+            .chain(std::iter::once("captions.txt".to_string()))
+            .filter(|f| !dir.join(f).is_file())
+            .map(|f| format!("{}/{f}", self.dir))
+            .collect();
+        missing.sort();
+        missing
+    }
+}
+
 /// The names, for error messages.
 pub fn names() -> Vec<&'static str> {
     BENCHMARKS.iter().map(|b| b.model).collect()
@@ -936,6 +1041,31 @@ mod tests {
             check_compression("my-own-vision-model", Round::V6_1, false),
             Ok(())
         );
+    }
+
+    #[test]
+    fn the_checkers_output_samples_are_named() {
+        let wan = accuracy_extras("wan-2.2-t2v-a14b", Round::V6_1).unwrap();
+        let dir = testkit::Scratch::new("facts-extras");
+        std::fs::create_dir_all(dir.join("videos")).unwrap();
+        let missing = wan.missing(&dir);
+        assert_eq!(missing.len(), 11);
+        assert!(
+            missing.contains(&"videos/238.mp4".to_string()),
+            "{missing:?}"
+        );
+        for f in missing {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        assert!(wan.missing(&dir).is_empty());
+        assert!(accuracy_extras("stable-diffusion-xl", Round::V6_1).is_none());
+        assert_eq!(
+            accuracy_extras("stable-diffusion-xl", Round::V5_1)
+                .unwrap()
+                .dir,
+            "images"
+        );
+        assert!(accuracy_extras("resnet", Round::V6_1).is_none());
     }
 
     #[test]

@@ -26,6 +26,9 @@
 //! model = "resnet50"
 //! scenarios = ["Offline", "Server", "SingleStream", "MultiStream"]
 //! accuracy_command = "python3 accuracy-imagenet.py --mlperf-accuracy-file {accuracy_log} ..."
+//!                                 # its output is accuracy.txt; {accuracy_dir} is the
+//!                                 # folder, where it writes the output samples the
+//!                                 # checker wants (WAN-2.2: videos/<index>.mp4, captions.txt)
 //! audit_dtype = "int32"           # TEST01/TEST06 --dtype (default byte/int32)
 //! eos_token_id = 2                # TEST06 (default 2)
 //! compliance_dataset = "gpqa_compliance"   # TEST07: the compliance data set, beside the plan
@@ -46,6 +49,7 @@ use loadgen_engine::{Scenario, TestMode};
 
 use crate::args::RunArgs;
 use crate::audit::{self, accuracy_dir, performance_dir, run_done};
+use crate::benchmarks;
 use crate::budget::{self, HostMemory, RunNeeds};
 use crate::compliance::{self, AuditTest};
 use crate::exit::Exit;
@@ -214,13 +218,22 @@ fn scenario(plan: &SubmissionPlan, b: &PlanBenchmark, s: Scenario) -> Result<Row
     write_measurements(plan, b, s, &dir)?;
     let performance = result_validity(&performance_dir(&dir));
     let accuracy_done = accuracy_dir(&dir).join("accuracy.txt").exists();
-    let mut valid = performance == "VALID" && accuracy_done;
+    // The output samples the checker wants beside the log (WAN-2.2's
+    // videos), which the accuracy command writes into {accuracy_dir}.
+    let extras_missing = benchmarks::accuracy_extras(&b.benchmark, plan.rules)
+        .map_or_else(Vec::new, |e| e.missing(&accuracy_dir(&dir)));
+    let mut valid = performance == "VALID" && accuracy_done && extras_missing.is_empty();
     let mut cells = vec![
         (
             "accuracy".to_string(),
-            match accuracy_done {
-                true => "done".to_string(),
-                false => "accuracy.txt missing".to_string(),
+            match (accuracy_done, extras_missing.as_slice()) {
+                (false, _) => "accuracy.txt missing".to_string(),
+                (true, []) => "done".to_string(),
+                (true, [first, ..]) => format!(
+                    "{} sample files missing ({first}...: the accuracy command writes them \
+                     into {{accuracy_dir}})",
+                    extras_missing.len()
+                ),
             },
         ),
         ("performance".to_string(), performance),
@@ -426,6 +439,8 @@ target_qps = 2000
             "{e}"
         );
         assert_eq!(checker_benchmark("retinanet", Round::V5_1), Ok("retinanet"));
+        let e = checker_benchmark("e2e-rag-qna", now).unwrap_err();
+        assert!(e.contains("not in LoadGen 6.0.17's mlperf.conf"), "{e}");
         assert!(checker_benchmark("rnnt", now)
             .unwrap_err()
             .contains("retired"));

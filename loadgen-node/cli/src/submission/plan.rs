@@ -193,6 +193,12 @@ impl SettingValue {
 /// cannot have it.
 pub(super) fn checker_benchmark(model: &str, round: Round) -> Result<&'static str, String> {
     let Some(b) = benchmarks::find(model) else {
+        if let Some(n) = benchmarks::not_run(round)
+            .iter()
+            .find(|n| n.checker == model)
+        {
+            return Err(format!("`{model}` cannot be run: {}", n.reason));
+        }
         return Err(format!(
             "unknown benchmark `{model}` (known: {})",
             benchmarks::BENCHMARKS

@@ -148,7 +148,9 @@ pub(super) fn accuracy_txt(command: Option<&String>, acc: &Path, what: &str) -> 
         return Ok(());
     }
     let log = acc.join("mlperf_log_accuracy.json");
-    let command = command.replace("{accuracy_log}", &log.display().to_string());
+    let command = command
+        .replace("{accuracy_log}", &log.display().to_string())
+        .replace("{accuracy_dir}", &acc.display().to_string());
     let out = Command::new("sh")
         .args(["-c", &command])
         .output()
