@@ -45,8 +45,11 @@ mod tokens;
 /// own quantization).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightDtype {
+    /// 32-bit IEEE floats.
     F32,
+    /// 16-bit IEEE floats.
     F16,
+    /// bfloat16.
     Bf16,
 }
 
@@ -104,6 +107,8 @@ enum Format {
     Safetensors,
 }
 
+/// The llm backend: a causal language model run by candle, one sample at
+/// a time, answering token ids for token ids.
 pub struct Llm {
     path: PathBuf,
     format: Format,
