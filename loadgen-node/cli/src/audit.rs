@@ -41,7 +41,7 @@ pub struct AuditArgs {
     pub verify_only: bool,
 
     #[command(flatten)]
-    pub run: RunArgs,
+    pub(crate) run: RunArgs,
 }
 
 /// Runs what the audit needs and verifies it; exit status 4 when the
@@ -100,6 +100,7 @@ pub fn performance_dir(dir: &Path) -> PathBuf {
     dir.join("performance").join("run_1")
 }
 
+/// Where a scenario's results directory keeps its accuracy run.
 pub fn accuracy_dir(dir: &Path) -> PathBuf {
     dir.join("accuracy")
 }

@@ -71,7 +71,7 @@ pub struct SubmissionArgs {
 
 /// One benchmark of the plan.
 #[derive(Debug, Clone)]
-pub struct PlanBenchmark {
+pub(crate) struct PlanBenchmark {
     pub model: String,
     /// Its directory name in the tree (the checker's benchmark name).
     pub benchmark: String,
@@ -86,7 +86,7 @@ pub struct PlanBenchmark {
 }
 
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The plan's directory: relative paths start there.
     pub base: PathBuf,
     pub system: String,
