@@ -39,8 +39,8 @@ impl NodeTls {
         })
     }
 
-    /// The SHA-256 fingerprint of the node's certificate, which clients
-    /// pin with `--sut-fingerprint`.
+    /// The SHA-256 fingerprint of the node's certificate, which a LoadGen
+    /// node pins with `--tls-pin`.
     pub fn fingerprint(&self) -> Fingerprint {
         self.identity.fingerprint()
     }

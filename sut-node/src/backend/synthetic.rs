@@ -159,8 +159,8 @@ struct LastBatch {
 }
 
 /// A backend that runs no model: it sleeps for each batch's service time
-/// and answers every sample with zero bytes of the configured size (and,
-/// for an LLM, a first token and a token count).
+/// and answers each sample with `facts::synthetic::answer` of its input
+/// (and, for an LLM, a first token and a token count).
 pub struct Synthetic {
     config: SyntheticConfig,
     /// splitmix64 state: advancing it is one atomic add.
