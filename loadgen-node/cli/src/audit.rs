@@ -6,9 +6,9 @@
 //! run and its verification to `TESTxx/`: `audit.config`, `performance/run_1`,
 //! `accuracy`, `verify_accuracy.txt`, `verify_performance.txt`. Nothing else
 //! goes there: each run's own files (latency breakdown, merged user.conf)
-//! go to `--extras-dir` [default: `run_extras/` in the working directory,
+//! go to `--extras-dir` \[default: `run_extras/` in the working directory,
 //! then the last three parts of the output directory, e.g.
-//! `run_extras/<system>/<benchmark>/<scenario>`], in a folder per run.
+//! `run_extras/<system>/<benchmark>/<scenario>`\], in a folder per run.
 //! With `--engine official` each run is a process of its own.
 
 use std::path::{Component, Path, PathBuf};
