@@ -72,7 +72,7 @@ pub struct LlmOptions {
     /// what the MLPerf llama2-70b benchmark allows.
     pub max_new_tokens: u32,
 
-    /// Where the model runs: cpu, or cuda[:N] (needs a sut-node built with
+    /// Where the model runs: `cpu`, or `cuda[:N]` (needs a sut-node built with
     /// `--features cuda`).
     pub device: DeviceSpec,
 
