@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::Semaphore;
 
+/// How jobs are grouped into batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchPolicy {
     /// At least 1.
@@ -65,15 +66,15 @@ pub struct Turn {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[error("the batcher is closed")]
-pub struct Closed;
+pub(crate) struct Closed;
 
 /// What a job costs the worker, roughly, in any unit all jobs share: the
 /// sources share the worker by it.
-pub trait Weighed {
+pub(crate) trait Weighed {
     fn weight(&self) -> u64;
 }
 
-pub struct Batcher<J> {
+pub(crate) struct Batcher<J> {
     shared: Arc<Shared<J>>,
     capacity: usize,
 }

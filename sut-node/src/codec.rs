@@ -73,11 +73,18 @@ pub enum InputError {
     UnknownCodec(i32),
     /// A raw input over the limit.
     #[error("the input is {len} bytes, more than this sut-node's --max-input-bytes {max}")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The input's size in bytes.
+        len: usize,
+        /// The limit in bytes (`--max-input-bytes`).
+        max: usize,
+    },
     /// A compressed input that is corrupt or decodes to more than the limit.
     #[error("cannot decode the input (--max-input-bytes {max}): {reason}")]
     Undecodable {
+        /// The limit in bytes (`--max-input-bytes`).
         max: usize,
+        /// What the codec found.
         reason: compression::CodecError,
     },
 }

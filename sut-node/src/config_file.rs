@@ -11,31 +11,55 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+/// Why a `--config` file could not become options.
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error("{}: cannot read: {source}", path.display())]
+    /// The file could not be read.
     Read {
+        /// The config file.
         path: PathBuf,
+        /// The read's error.
         source: std::io::Error,
     },
     #[error("{}: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
-    #[error("{}{}: unknown key `{key}` (not an option of `sut-node serve`; see --help)", path.display(), line_suffix(*line))]
-    UnknownKey {
+    /// The file is not valid TOML.
+    Parse {
+        /// The config file.
         path: PathBuf,
+        /// The TOML parser's message.
+        message: String,
+    },
+    #[error("{}{}: unknown key `{key}` (not an option of `sut-node serve`; see --help)", path.display(), line_suffix(*line))]
+    /// A key that names no option of `sut-node serve`.
+    UnknownKey {
+        /// The config file.
+        path: PathBuf,
+        /// The key's line (1-based), when known.
         line: Option<usize>,
+        /// The key as written.
         key: String,
     },
     #[error("{}{}: key `{key}`: {why}", path.display(), line_suffix(*line))]
+    /// A value of the wrong kind for its option.
     BadValue {
+        /// The config file.
         path: PathBuf,
+        /// The key's line (1-based), when known.
         line: Option<usize>,
+        /// The key as written.
         key: String,
+        /// What is wrong with its value.
         why: String,
     },
     #[error("{}: larger than {MAX_CONFIG_BYTES} bytes; not a sut-node config file", path.display())]
-    TooLarge { path: PathBuf },
+    /// The file is over [`MAX_CONFIG_BYTES`].
+    TooLarge {
+        /// The config file.
+        path: PathBuf,
+    },
     #[error("--config needs a file name")]
+    /// `--config` came last, without its value.
     MissingFile,
 }
 

@@ -12,6 +12,8 @@
 //! - [`plan`]: a node prepared once from its options ([`plan::ServePlan`]);
 //!   [`bind`]: its listening sockets.
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod batcher;
 pub mod bind;

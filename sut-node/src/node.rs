@@ -31,17 +31,24 @@ pub const SCENARIOS: [&str; 4] = ["SingleStream", "MultiStream", "Server", "Offl
 #[derive(Debug, Error)]
 pub enum ServeError {
     #[error("backend {backend} failed to load: {source}")]
+    /// The backend's loading or warm-up failed.
     WarmUp {
+        /// The backend's name.
         backend: String,
+        /// Its error.
         source: BackendError,
     },
     #[error("backend {0} panicked while loading")]
+    /// The backend (named here) panicked while loading.
     WarmUpPanic(String),
     #[error("cannot start a thread: {0}")]
+    /// A worker thread could not be spawned.
     Thread(#[from] std::io::Error),
     #[error("gRPC server failed: {0}")]
+    /// The gRPC server stopped with an error.
     Transport(#[from] tonic::transport::Error),
     #[error("the gRPC server task failed: {0}")]
+    /// The gRPC server's task panicked or was cancelled.
     Task(#[from] tokio::task::JoinError),
 }
 

@@ -10,9 +10,11 @@ use crate::limits::Limits;
 /// A node's settings.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
+    /// The node's name, as `StartSession` and the ready line report it.
     pub name: String,
     /// The model this node serves; `None` accepts any.
     pub model: Option<String>,
+    /// How samples are grouped into the backend's batches.
     pub batch: BatchPolicy,
     /// Idle time after which a stream gets a heartbeat; `None`: never.
     pub heartbeat: Option<Duration>,

@@ -65,9 +65,11 @@ pub async fn serve(
 /// Where a node serves: gRPC on a TCP listener (plain, or TLS), QUIC on a
 /// quinn endpoint (see `quic::endpoint`), or both at once.
 pub struct Endpoints {
+    /// The TCP listener gRPC serves on; `None`: no gRPC.
     pub grpc: Option<TcpListener>,
     /// TLS for gRPC; its ALPN must be `h2`.
     pub grpc_tls: Option<rustls::ServerConfig>,
+    /// The QUIC endpoint, its TLS already set; `None`: no QUIC.
     pub quic: Option<quinn::Endpoint>,
     /// Whether `Describe` answers (OS, kernel, NIC names and addresses,
     /// versions), to whoever may connect: with mutual TLS, clients with a

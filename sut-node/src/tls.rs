@@ -11,8 +11,11 @@ use proto::tls::{self, Fingerprint, Identity, TlsError};
 /// The node's certificate and, with mutual TLS, the CA of its clients.
 #[derive(Debug)]
 pub struct NodeTls {
-    pub identity: Identity,
-    pub client_ca: Option<Vec<CertificateDer<'static>>>,
+    /// The certificate chain and private key the node presents.
+    pub(crate) identity: Identity,
+    /// With mutual TLS: the CA certificates a client's certificate must
+    /// chain to; `None`: clients are not authenticated.
+    pub(crate) client_ca: Option<Vec<CertificateDer<'static>>>,
 }
 
 impl NodeTls {
@@ -36,6 +39,8 @@ impl NodeTls {
         })
     }
 
+    /// The SHA-256 fingerprint of the node's certificate, which a LoadGen
+    /// node pins with `--tls-pin`.
     pub fn fingerprint(&self) -> Fingerprint {
         self.identity.fingerprint()
     }

@@ -78,8 +78,8 @@ impl fmt::Display for SutArg {
 /// scenario.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetArg {
-    pub key: String,
-    pub value: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
 }
 
 impl FromStr for SetArg {
@@ -395,7 +395,7 @@ pub struct RunArgs {
 
     #[command(flatten)]
     #[serde(flatten)]
-    pub tls: TlsArgs,
+    pub(crate) tls: TlsArgs,
 }
 
 fn display<T: fmt::Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {

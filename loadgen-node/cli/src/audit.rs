@@ -10,9 +10,9 @@
 //! set (`--compliance-dataset`) and is scored by `--accuracy-command`; TEST08
 //! compares with the reference accuracy run. Nothing else
 //! goes there: each run's own files (latency breakdown, merged user.conf)
-//! go to `--extras-dir` [default: `run_extras/` in the working directory,
+//! go to `--extras-dir` \[default: `run_extras/` in the working directory,
 //! then the last three parts of the output directory, e.g.
-//! `run_extras/<system>/<benchmark>/<scenario>`], in a folder per run.
+//! `run_extras/<system>/<benchmark>/<scenario>`\], in a folder per run.
 //! With `--engine official` each run is a process of its own.
 
 use std::path::{Component, Path, PathBuf};
@@ -62,7 +62,7 @@ pub struct AuditArgs {
     pub verify_only: bool,
 
     #[command(flatten)]
-    pub run: RunArgs,
+    pub(crate) run: RunArgs,
 }
 
 /// Runs what the audit needs and verifies it; exit status 4 when the
@@ -129,6 +129,7 @@ pub fn performance_dir(dir: &Path) -> PathBuf {
     dir.join("performance").join("run_1")
 }
 
+/// Where a scenario's results directory keeps its accuracy run.
 pub fn accuracy_dir(dir: &Path) -> PathBuf {
     dir.join("accuracy")
 }

@@ -41,8 +41,8 @@ pub struct HostMemory {
 /// `total_inactive_file`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cgroup {
-    pub limit: u64,
-    pub usage: u64,
+    pub(crate) limit: u64,
+    pub(crate) usage: u64,
     /// Page cache the kernel reclaims before the limit bites.
     pub inactive_file: u64,
 }
@@ -153,7 +153,7 @@ pub const QSL_SLOT_BYTES: u64 = 64;
 /// What one run needs, with what the messages say about it.
 #[derive(Clone, Debug)]
 pub struct RunNeeds {
-    pub footprint: Footprint,
+    pub(crate) footprint: Footprint,
     /// Memory besides the footprint's: [`PROCESS_BYTES`], the QSL's slots
     /// and a few answers on their way (WAN-2.2's are 450 MB each).
     pub process_bytes: u64,

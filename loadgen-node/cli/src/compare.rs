@@ -223,7 +223,7 @@ impl Method {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Improved,
     Regressed,
     WithinNoise,

@@ -40,6 +40,8 @@ pub fn after_run(report: Option<&Path>, output_dir: &Path, extras: &Path) {
     }
 }
 
+/// `loadgen-node report`: writes the HTML page of the run in `args.dir`
+/// to `args.out` (by default beside its logs).
 pub fn run(args: &ReportArgs) -> Result<()> {
     let out = args
         .out

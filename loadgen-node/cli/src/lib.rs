@@ -13,19 +13,20 @@
 
 // Only the FFI to the official LoadGen needs unsafe code.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod args;
 pub mod audit;
-pub mod benchmarks;
-pub mod breakdown;
+mod benchmarks;
+mod breakdown;
 pub mod budget;
 pub mod compare;
-pub mod compliance;
+mod compliance;
 pub mod engines;
 pub mod exit;
 pub mod html_report;
-pub mod intervals;
-pub mod metrics;
+mod intervals;
+mod metrics;
 mod native;
 pub mod npy;
 mod observe;
@@ -37,10 +38,10 @@ pub mod plan;
 pub mod preflight;
 pub mod progress;
 pub mod qsl;
-pub mod run_dir;
+mod run_dir;
 pub mod submission;
 pub mod suite;
 pub mod sweep;
 mod system;
-pub mod tls;
+mod tls;
 pub mod verify;

@@ -4,23 +4,33 @@
 
 use std::path::{Path, PathBuf};
 
+/// Why a `.npy` file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
+    /// The file could not be read.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The read's error.
         source: std::io::Error,
     },
     #[error("{path}: not a .npy file: {reason}")]
-    Format { path: PathBuf, reason: String },
+    /// The file's bytes are not a `.npy` array this reader takes.
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// One array: its dtype descriptor (e.g. `<f4`), shape and raw data.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NpyArray {
-    pub descr: String,
-    pub shape: Vec<usize>,
-    pub data: Vec<u8>,
+    pub(crate) descr: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Reads an `.npy` file: C-order arrays of a fixed-size dtype.

@@ -27,18 +27,18 @@ pub const MERGED_USER_CONF: &str = "user.conf.loadgen-node";
 /// One test run, ready to start.
 #[derive(Debug)]
 pub struct RunPlan {
-    pub engine: Engine,
-    pub test: TestPlan,
-    pub sut: SutPlan,
-    pub output: OutputPlan,
-    pub observe: ObservePlan,
+    pub(crate) engine: Engine,
+    pub(crate) test: TestPlan,
+    pub(crate) sut: SutPlan,
+    pub(crate) output: OutputPlan,
+    pub(crate) observe: ObservePlan,
 }
 
 /// What is tested, and with which settings.
 #[derive(Debug)]
 pub struct TestPlan {
-    pub model: String,
-    pub scenario: Scenario,
+    pub(crate) model: String,
+    pub(crate) scenario: Scenario,
     /// `--mode`, which wins over the config files' `mode` key.
     pub mode: Option<TestMode>,
     /// The settings from mlperf.conf, user.conf, `--set` and `--mode`, as
@@ -60,7 +60,12 @@ pub enum UserConf {
     Given(PathBuf),
     /// `--user-conf` (if any) with the `--set` lines appended, to be written
     /// to `path` before the run: later lines win, and FromConfig runs once.
-    Merged { path: PathBuf, text: String },
+    Merged {
+        /// Where the merged file is written (in the run's extras).
+        path: PathBuf,
+        /// Its contents.
+        text: String,
+    },
 }
 
 impl UserConf {
@@ -77,8 +82,9 @@ impl UserConf {
 /// settings (for the native engine).
 #[derive(Debug)]
 pub struct AuditFile {
+    /// The file, as the official LoadGen reads it.
     pub path: PathBuf,
-    pub config: AuditConfig,
+    pub(crate) config: AuditConfig,
 }
 
 /// The system under test.
@@ -86,7 +92,9 @@ pub struct AuditFile {
 pub enum SutPlan {
     /// The engine's own null SUT and a QSL of that many samples.
     Null {
+        /// Samples in the QSL.
         total: usize,
+        /// Samples it holds at once (LoadGen's performance sample count).
         performance: usize,
         /// Answer like an LLM (native engine only).
         tokens: bool,
@@ -98,11 +106,11 @@ pub enum SutPlan {
 /// A run over the network.
 #[derive(Debug)]
 pub struct NetworkPlan {
-    pub data: DataSource,
+    pub(crate) data: DataSource,
     /// Samples the QSL holds at once.
     pub performance_samples: usize,
-    pub input_codec: CodecSpec,
-    pub qdl: QdlConfig,
+    pub(crate) input_codec: CodecSpec,
+    pub(crate) qdl: QdlConfig,
     /// How long to wait for nodes whose backend still loads.
     pub ready_timeout: Duration,
     /// Check an accuracy log against the synthetic backend's answers.
@@ -126,10 +134,10 @@ pub struct OutputPlan {
 pub struct ObservePlan {
     /// 0: no progress output.
     pub progress_interval: Duration,
-    pub metrics: Option<String>,
+    pub(crate) metrics: Option<String>,
     /// The OTLP collector and the share of samples traced.
     pub otlp: Option<(String, f64)>,
-    pub report: Option<PathBuf>,
+    pub(crate) report: Option<PathBuf>,
     /// The `--sut` flag as given, for the run's span.
     pub sut_label: String,
 }

@@ -119,7 +119,7 @@ pub struct PreflightArgs {
     pub system_json: Option<PathBuf>,
 
     #[command(flatten)]
-    pub tls: TlsArgs,
+    pub(crate) tls: TlsArgs,
 }
 
 /// What was measured of one node.

@@ -22,15 +22,20 @@ use facts::benchmarks::Tensor;
 pub enum DataSource {
     /// `--dataset DIR`: one entry per sample, in name order.
     NpyDir {
+        /// The directory.
         dir: PathBuf,
+        /// Its samples, in name order.
         samples: Vec<NpySample>,
     },
     /// Deterministic pseudo-random samples, made at load time: of
     /// `sample_bytes` each, or, when `tensors` names several, in the
     /// multi-tensor layout of those tensors.
     Synthetic {
+        /// Bytes of each sample.
         sample_bytes: usize,
+        /// Samples in the data set.
         total: usize,
+        /// The benchmark's input tensors; several: the multi-tensor layout.
         tensors: &'static [Tensor],
     },
 }
@@ -156,6 +161,7 @@ impl DataSource {
         Ok(source)
     }
 
+    /// Samples in the data set.
     pub fn total(&self) -> usize {
         match self {
             DataSource::NpyDir { samples, .. } => samples.len(),
@@ -289,6 +295,7 @@ pub struct LoadProgress {
 pub struct Loading {
     /// Samples read so far, of `of`.
     pub samples: u64,
+    /// Samples to read in all.
     pub of: u64,
     /// Their bytes, as read (before any compression).
     pub bytes: u64,
@@ -361,6 +368,7 @@ impl DataQsl {
         self
     }
 
+    /// Where the samples come from.
     pub fn source(&self) -> &DataSource {
         &self.source
     }

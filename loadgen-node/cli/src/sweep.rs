@@ -79,7 +79,7 @@ fn growth(s: &str) -> Result<f64, String> {
 
 /// The bracketing and bisection, handed each point's validity: no I/O.
 #[derive(Clone, Debug)]
-pub struct Search {
+pub(crate) struct Search {
     start: f64,
     growth: f64,
     precision: f64,

@@ -9,26 +9,38 @@ use std::path::{Path, PathBuf};
 use crate::exit::Exit;
 use crate::qsl::DataSource;
 
+/// Why an accuracy log could not be checked.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// The log could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The log.
         path: String,
+        /// The read's error.
         source: std::io::Error,
     },
     #[error("{path}: {reason}")]
-    Malformed { path: String, reason: String },
+    /// The log is not JSON of LoadGen's accuracy-log form.
+    Malformed {
+        /// The log.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// What the check found.
 #[derive(Debug, Default, PartialEq)]
 pub struct Verdict {
+    /// Entries checked.
     pub checked: usize,
     /// `(seq_id, qsl_idx, what is wrong)` of each bad entry.
     pub mismatches: Vec<(u64, u64, String)>,
 }
 
 impl Verdict {
+    /// At least one entry was checked and none was wrong.
     pub fn passed(&self) -> bool {
         self.checked > 0 && self.mismatches.is_empty()
     }

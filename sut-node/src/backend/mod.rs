@@ -22,6 +22,8 @@ pub use spec::{build, BackendSpec, BuildError};
 /// A sample's final answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
+    /// The answer's bytes as the backend produced them (before the output
+    /// codec compresses them for the wire).
     pub payload: Bytes,
     /// LLM backends: the number of generated tokens; 0 otherwise.
     pub n_tokens: i64,
@@ -54,7 +56,12 @@ pub enum SampleFailure {
     Batch(BackendError),
     /// The backend returned a wrong number of outputs for the batch.
     #[error("backend returned {returned} outputs for a batch of {batch}")]
-    Miscounted { returned: usize, batch: usize },
+    Miscounted {
+        /// How many outputs the backend returned.
+        returned: usize,
+        /// How many samples the batch held.
+        batch: usize,
+    },
     /// The backend panicked while running the batch.
     #[error("backend panicked")]
     Panicked,

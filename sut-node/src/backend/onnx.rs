@@ -110,24 +110,48 @@ pub struct OnnxOptions {
     pub onnx_threads: usize,
 }
 
+/// Why the onnx backend could not load its runtime or model.
 #[derive(Debug, Error)]
 pub enum OnnxError {
     #[error("no ONNX Runtime library: pass --onnxruntime-lib PATH or set ORT_DYLIB_PATH; {INSTALL_HINT}")]
+    /// Neither `--onnxruntime-lib` nor `ORT_DYLIB_PATH` names a library.
     NoLibrary,
     #[error("ONNX Runtime library {}: {reason}; {INSTALL_HINT}", path.display())]
-    Library { path: PathBuf, reason: String },
+    /// The ONNX Runtime library could not be found or loaded.
+    Library {
+        /// The library tried.
+        path: PathBuf,
+        /// Why it failed.
+        reason: String,
+    },
     #[error("--backend onnx needs --model-path FILE.onnx")]
+    /// No `--model-path` was given.
     NoModel,
     #[error("model {}: {reason}", path.display())]
-    Model { path: PathBuf, reason: String },
+    /// The model could not be loaded, or has inputs or outputs the backend
+    /// cannot feed or read.
+    Model {
+        /// The model file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     #[error("execution provider {provider}: {reason}")]
-    Provider { provider: Provider, reason: String },
+    /// The execution provider could not be registered.
+    Provider {
+        /// The provider asked for.
+        provider: Provider,
+        /// ONNX Runtime's error.
+        reason: String,
+    },
 }
 
 /// Everything the backend needs to load its model.
 #[derive(Debug, Clone)]
 pub struct OnnxConfig {
+    /// The `.onnx` model file.
     pub model: PathBuf,
+    /// The backend's options (library, provider, answers).
     pub options: OnnxOptions,
     /// The largest batch the node will give `infer` (its warm-up batch).
     pub max_batch_size: usize,
@@ -176,7 +200,9 @@ pub fn resolve_library(flag: Option<&Path>, env: Option<OsString>) -> Result<Pat
 /// The model's input, as the backend feeds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputLayout {
+    /// The input's name in the model.
     pub name: String,
+    /// Its element type.
     pub ty: TensorElementType,
     /// The dimensions after the batch dimension.
     pub sample_dims: Vec<i64>,
@@ -355,6 +381,8 @@ struct OutputSpec {
     ty: TensorElementType,
 }
 
+/// The onnx backend: one ONNX Runtime session running a model of one
+/// input and one output, fed whole batches.
 pub struct Onnx {
     session: Mutex<Session>,
     input: InputLayout,

@@ -97,27 +97,34 @@ impl Default for OpenaiOptions {
     }
 }
 
+/// Why an openai backend could not be set up from its options.
 #[derive(Debug, Error)]
 pub enum OpenaiConfigError {
     #[error(
         "--backend openai needs --server-url URL (the server's base URL, e.g. http://host:8000)"
     )]
+    /// `--server-url` is missing.
     NoServerUrl,
     #[error("--backend openai needs --model-name NAME (the model's name on the server)")]
+    /// `--model-name` is missing.
     NoModelName,
     #[error("--server-url {0:?}: {1}")]
+    /// `--server-url` is not an http:// URL the client can use: the URL and why.
     BadServerUrl(String, String),
     #[error("--openai-extra-body: {0}")]
+    /// `--openai-extra-body` is not a JSON object: why.
     BadExtraBody(String),
     #[error(
         "--openai-timeout must be a number of seconds, more than 0 and at most a year (31536000)"
     )]
+    /// `--openai-timeout` is not finite, positive and at most a year.
     BadTimeout,
     #[error("starting the openai client runtime: {0}")]
+    /// The client's runtime thread could not start.
     Runtime(std::io::Error),
 }
 
-pub struct Openai {
+pub(crate) struct Openai {
     runtime: Runtime,
     client: HttpClient,
     server_url: String,
@@ -138,7 +145,7 @@ enum Event {
 }
 
 impl Openai {
-    pub fn new(
+    pub(crate) fn new(
         server_url: Option<String>,
         model_name: Option<String>,
         args: OpenaiOptions,

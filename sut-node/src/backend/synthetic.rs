@@ -23,11 +23,15 @@ pub enum ServiceTime {
     Exponential(Duration),
     /// `fixed` per batch plus `per_sample` for each sample in it.
     Batch {
+        /// The part every batch takes, whatever its size.
         fixed: Duration,
+        /// The part each sample of the batch adds.
         per_sample: Duration,
     },
 }
 
+/// A `--service-time` value that is not `fixed:US`, `exp:MEAN_US` or
+/// `batch:FIXED_US+PER_SAMPLE_US`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid service time {input:?}: {reason} (expected fixed:US, exp:MEAN_US or batch:FIXED_US+PER_SAMPLE_US, in microseconds)")]
 pub struct ParseServiceTimeError {
@@ -102,8 +106,10 @@ impl ServiceTime {
     }
 }
 
+/// What the synthetic backend answers and how long it takes.
 #[derive(Debug, Clone)]
 pub struct SyntheticConfig {
+    /// How long each batch takes.
     pub service_time: ServiceTime,
     /// Bytes in each answer.
     pub output_size: usize,
@@ -152,6 +158,9 @@ struct LastBatch {
     woke: Instant,
 }
 
+/// A backend that runs no model: it sleeps for each batch's service time
+/// and answers each sample with `facts::synthetic::answer` of its input
+/// (and, for an LLM, a first token and a token count).
 pub struct Synthetic {
     config: SyntheticConfig,
     /// splitmix64 state: advancing it is one atomic add.
@@ -160,6 +169,7 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
+    /// A synthetic backend with `config`'s answers and service times.
     pub fn new(config: SyntheticConfig) -> Self {
         let rng = AtomicU64::new(config.seed);
         Self {

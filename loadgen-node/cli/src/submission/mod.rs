@@ -60,7 +60,7 @@ mod plan;
 mod report;
 mod tree;
 
-pub use plan::{Division, PlanBenchmark, SubmissionPlan};
+use plan::{Division, PlanBenchmark, SubmissionPlan};
 use report::{recorded_verdict, result_validity, Row};
 use tree::{
     accuracy_txt, ensure_system_json, finalize_accuracy, remove_empty_traces, write_measurements,

@@ -58,6 +58,7 @@ impl SubmissionPlan {
             .join(scenario_folder(&b.model, s))
     }
 
+    /// `<root>/systems/<system>.json`: the system description.
     pub fn system_json(&self) -> PathBuf {
         self.root()
             .join("systems")

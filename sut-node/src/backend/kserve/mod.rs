@@ -96,23 +96,30 @@ impl Default for KserveOptions {
     }
 }
 
+/// Why a kserve backend could not be set up from its options.
 #[derive(Debug, Error)]
 pub enum KserveConfigError {
     #[error(
         "--backend kserve needs --server-url URL (the server's gRPC endpoint, e.g. http://host:8001)"
     )]
+    /// `--server-url` is missing.
     NoServerUrl,
     #[error("--backend kserve needs --model-name NAME (the model's name on the server)")]
+    /// `--model-name` is missing.
     NoModelName,
     #[error("--server-url {0:?}: {1}")]
+    /// `--server-url` is not a URL the client can connect to: the URL and why.
     BadServerUrl(String, String),
     #[error("--kserve-input-shape {0:?}: {1}")]
+    /// `--kserve-input-shape` does not parse: the flag's value and why.
     BadShape(String, String),
     #[error(
         "--kserve-timeout must be a number of seconds, more than 0 and at most a year (31536000)"
     )]
+    /// `--kserve-timeout` is not finite, positive and at most a year.
     BadTimeout,
     #[error("starting the kserve client runtime: {0}")]
+    /// The client's runtime thread could not start.
     Runtime(std::io::Error),
 }
 
@@ -125,7 +132,7 @@ struct InputSpec {
     shape: Vec<i64>,
 }
 
-pub struct Kserve {
+pub(crate) struct Kserve {
     runtime: Runtime,
     client: Client,
     server_url: String,
@@ -140,7 +147,7 @@ pub struct Kserve {
 }
 
 impl Kserve {
-    pub fn new(
+    pub(crate) fn new(
         server_url: Option<String>,
         model_name: Option<String>,
         args: KserveOptions,

@@ -8,12 +8,14 @@ use thiserror::Error;
 /// Where the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {
+    /// The CPU.
     #[default]
     Cpu,
     /// A CUDA GPU, by ordinal.
     Cuda(usize),
 }
 
+/// A `--device` value that is not `cpu`, `cuda` or `cuda:N`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid device {0:?} (expected cpu, cuda or cuda:N)")]
 pub struct ParseDeviceError(String);

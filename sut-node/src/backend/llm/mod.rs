@@ -45,8 +45,11 @@ mod tokens;
 /// own quantization).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightDtype {
+    /// 32-bit IEEE floats.
     F32,
+    /// 16-bit IEEE floats.
     F16,
+    /// bfloat16.
     Bf16,
 }
 
@@ -69,7 +72,7 @@ pub struct LlmOptions {
     /// what the MLPerf llama2-70b benchmark allows.
     pub max_new_tokens: u32,
 
-    /// Where the model runs: cpu, or cuda[:N] (needs a sut-node built with
+    /// Where the model runs: `cpu`, or `cuda[:N]` (needs a sut-node built with
     /// `--features cuda`).
     pub device: DeviceSpec,
 
@@ -104,6 +107,8 @@ enum Format {
     Safetensors,
 }
 
+/// The llm backend: a causal language model run by candle, one sample at
+/// a time, answering token ids for token ids.
 pub struct Llm {
     path: PathBuf,
     format: Format,
