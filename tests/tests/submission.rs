@@ -308,7 +308,7 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("plan.toml: benchmark 1: unknown benchmark `resnet5O`"),
+        err.contains("plan.toml:8: benchmark 1: unknown benchmark `resnet5O`"),
         "{err}"
     );
     std::fs::write(
@@ -323,7 +323,7 @@ fn a_resnet50_tree_of_four_scenarios_resumes_and_refuses_bad_input() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("system_description.accelerators_per_node must be a string"),
+        err.contains("accelerators_per_node = 8") && err.contains("expected a string"),
         "{err}"
     );
     let closed = tests::ClosedPort::new();
