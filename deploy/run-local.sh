@@ -38,7 +38,7 @@ for i in $(seq 1 "$nodes"); do
     sut="${sut:+$sut,}127.0.0.1:$port"
 done
 
-target/release/loadgen-node --sut "$sut" --model "$model" --scenario Server \
+target/release/loadgen-node --sut "$sut" --benchmark "$model" --scenario Server \
     --mode PerformanceOnly --set target_qps=200 --set min_duration=10000 \
     --total-sample-count 1024 --no-trace --output-dir "$out/server" "$@"
 echo "MLPerf logs: $out/server"

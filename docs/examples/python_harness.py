@@ -36,7 +36,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sut", required=True,
                    help="sut-node addresses, comma-separated (host:port, quic://host:port, ...)")
-    p.add_argument("--model", default="resnet50")
+    p.add_argument("--benchmark", "--model", dest="model", default="resnet50",
+                   help="the benchmark, as mlperf.conf names it (--model: its former name)")
     p.add_argument("--scenario", choices=SCENARIOS, default="Offline")
     p.add_argument("--mode", choices=MODES, default="PerformanceOnly")
     p.add_argument("--user-conf", help="user.conf (the release's mlperf.conf is always read first)")

@@ -183,10 +183,10 @@ pub struct QdlConfig {
     pub input_codec: Codec,
     /// A node with samples outstanding that sends nothing (no answer, no
     /// heartbeat) for this long aborts the run.
-    pub stall_timeout: Duration,
+    pub node_timeout: Duration,
     /// A node with samples outstanding that sends only heartbeats or first
     /// tokens (no answer or error) for this long aborts the run: its
-    /// backend is hung. `None`: `stall_timeout`. No run waits for ever on a
+    /// backend is hung. `None`: `node_timeout`. No run waits for ever on a
     /// node that only sends heartbeats.
     pub progress_timeout: Option<Duration>,
     /// Bound on each step of opening a connection, and on the Name RPC.
@@ -296,7 +296,7 @@ impl Default for QdlConfig {
             model: String::new(),
             scenario: String::new(),
             input_codec: Codec::None,
-            stall_timeout: Duration::from_secs(10),
+            node_timeout: Duration::from_secs(10),
             progress_timeout: Some(Duration::from_secs(120)),
             connect_timeout: Duration::from_secs(10),
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
@@ -345,12 +345,12 @@ impl QdlConfig {
                 "io_threads must be 1 to {MAX_IO_THREADS}, not {threads}"
             ));
         }
-        if self.stall_timeout.is_zero()
+        if self.node_timeout.is_zero()
             || self.connect_timeout.is_zero()
             || self.progress_timeout.is_some_and(|p| p.is_zero())
         {
             return bad(
-                "stall_timeout, connect_timeout and progress_timeout must be positive".into(),
+                "node_timeout, connect_timeout and progress_timeout must be positive".into(),
             );
         }
         if self.max_answer_bytes == 0 {

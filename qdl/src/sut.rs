@@ -200,10 +200,10 @@ impl Qdl {
                 conn.clone(),
                 run.clone(),
                 watchdog::Deadlines {
-                    stall: config.stall_timeout,
+                    stall: config.node_timeout,
                     // Heartbeats never keep a run going without answers:
                     // with no progress limit of its own, the stall limit.
-                    progress: config.progress_timeout.unwrap_or(config.stall_timeout),
+                    progress: config.progress_timeout.unwrap_or(config.node_timeout),
                 },
             ));
             conns.push(conn);

@@ -276,7 +276,7 @@ fn a_node_closing_its_stream_ends_the_run_promptly_naming_it() {
     let qdl = Qdl::connect(
         QdlConfig {
             // Long enough that the reason can only be the stream's end.
-            stall_timeout: Duration::from_secs(60),
+            node_timeout: Duration::from_secs(60),
             connections_per_node: Some(1),
             policy: DispatchPolicy::RoundRobin,
             ..config(&[&good, &bad])
@@ -301,7 +301,7 @@ fn a_stream_error_ends_the_run_with_the_status() {
     });
     let qdl = Qdl::connect(
         QdlConfig {
-            stall_timeout: Duration::from_secs(60),
+            node_timeout: Duration::from_secs(60),
             ..config(&[&node])
         },
         Samples::new(64),
@@ -319,7 +319,7 @@ fn a_stream_error_ends_the_run_with_the_status() {
 }
 
 #[test]
-fn a_silent_node_is_aborted_after_the_stall_timeout() {
+fn a_silent_node_is_aborted_after_the_node_timeout() {
     let node = FakeNode::start(Behaviour {
         silent_from: Some(10),
         ..Behaviour::named("sleepy")
@@ -327,7 +327,7 @@ fn a_silent_node_is_aborted_after_the_stall_timeout() {
     let stall = Duration::from_millis(300);
     let qdl = Qdl::connect(
         QdlConfig {
-            stall_timeout: stall,
+            node_timeout: stall,
             ..config(&[&node])
         },
         Samples::new(64),
@@ -355,7 +355,7 @@ fn a_node_that_heartbeats_and_never_answers_ends_the_run_at_the_node_timeout() {
     });
     let qdl = Qdl::connect(
         QdlConfig {
-            stall_timeout: Duration::from_millis(400),
+            node_timeout: Duration::from_millis(400),
             // No progress limit of its own: the node timeout's.
             progress_timeout: None,
             ..config(&[&node])
@@ -385,7 +385,7 @@ fn first_tokens_sent_again_are_no_progress() {
     });
     let qdl = Qdl::connect(
         QdlConfig {
-            stall_timeout: Duration::from_secs(30),
+            node_timeout: Duration::from_secs(30),
             progress_timeout: Some(Duration::from_secs(30)),
             ..config(&[&node])
         },

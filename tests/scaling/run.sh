@@ -116,7 +116,7 @@ loadgen_run() {
   out=$work/run-$bytes-$t
   rm -rf "$out"
   conns=$(( (t + nodes - 1) / nodes ))
-  if ! timeout 300 "$loadgen" --sut "$sut_list" --model resnet50 \
+  if ! timeout 300 "$loadgen" --sut "$sut_list" --benchmark resnet50 \
       --scenario Offline --mode PerformanceOnly --sample-bytes "$bytes" \
       --total-sample-count 256 --performance-sample-count 256 \
       --qdl-threads "$t" --connections-per-node "$conns" \

@@ -564,7 +564,7 @@ fn network_plan(
         connections_per_node: args.connections_per_node,
         model: model.to_string(),
         scenario: args.scenario.as_str().to_string(),
-        stall_timeout: args.node_timeout,
+        node_timeout: args.node_timeout,
         progress_timeout: Some(args.progress_timeout).filter(|t| !t.is_zero()),
         tls,
         input_codec: Codec::from(args.input_codec.kind),

@@ -56,7 +56,12 @@ pub struct PreflightArgs {
     pub sut_file: Option<PathBuf>,
 
     /// The benchmark: its sample size is what the throughput probes send.
-    #[arg(long, default_value = "resnet50")]
+    #[arg(
+        long = "benchmark",
+        visible_alias = "model",
+        value_name = "NAME",
+        default_value = "resnet50"
+    )]
     pub model: String,
 
     /// The throughput the submission targets (samples/s): checks the rules'

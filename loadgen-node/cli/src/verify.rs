@@ -324,7 +324,12 @@ pub struct CheckSyntheticArgs {
     #[arg(long, value_name = "FILE")]
     pub accuracy_log: PathBuf,
     /// The benchmark the run used (its synthetic data set).
-    #[arg(long, default_value = "resnet50")]
+    #[arg(
+        long = "benchmark",
+        visible_alias = "model",
+        value_name = "NAME",
+        default_value = "resnet50"
+    )]
     pub model: String,
     /// The run's --sample-bytes, if it gave one.
     #[arg(long, value_name = "BYTES",

@@ -318,7 +318,7 @@ impl PyQdl {
             model,
             scenario,
             input_codec: Codec::from(codec.kind),
-            stall_timeout: seconds("node_timeout", node_timeout)?,
+            node_timeout: seconds("node_timeout", node_timeout)?,
             progress_timeout: match progress_timeout {
                 0.0 => None,
                 secs => Some(seconds("progress_timeout", secs)?),
