@@ -398,6 +398,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_old_clients_session_says_no_mode_and_is_served_as_a_performance_run() {
+        use prost::Message;
+        // A SessionRequest as a LoadGen node that predates `mode` encodes
+        // it: fields 1 to 5 only.
+        let mut old = vec![0x08, proto::PROTOCOL_VERSION as u8, 0x12, 7];
+        old.extend(b"dlrm-v3");
+        old.extend([0x1a, 7]);
+        old.extend(b"Offline");
+        old.extend([0x20, 0, 0x28, 0]);
+        let request = SessionRequest::decode(&old[..]).unwrap();
+        assert_eq!(request.model, "dlrm-v3");
+        assert_eq!(request.mode(), RunMode::Unspecified);
+        assert_eq!(refusal(&config(None), &synthetic(0), &request), None);
+
+        let (_stop, stop) = tokio::sync::watch::channel(false);
+        let backend: Arc<dyn Backend> = Arc::new(synthetic(0));
+        let data = Arc::new(DataPath::start(config(None), Arc::clone(&backend), stop).unwrap());
+        let node = Node::new(data, backend, false);
+        let (a, b): (SocketAddr, SocketAddr) =
+            ("127.0.0.1:5001".parse().unwrap(), "127.0.0.1:5002".parse().unwrap());
+        node.session_mode_is(Some(a), request.mode());
+        assert_eq!(node.session_mode(Some(a)), RunMode::PerformanceOnly);
+        // An accuracy session is remembered for its connection alone, until
+        // the connection's next session says otherwise.
+        node.session_mode_is(Some(b), RunMode::AccuracyOnly);
+        assert_eq!(node.session_mode(Some(b)), RunMode::AccuracyOnly);
+        assert_eq!(node.session_mode(Some(a)), RunMode::PerformanceOnly);
+        assert_eq!(node.session_mode(None), RunMode::PerformanceOnly);
+        node.session_mode_is(Some(b), request.mode());
+        assert_eq!(node.session_mode(Some(b)), RunMode::PerformanceOnly);
+    }
+
     /// A backend that answers without tokens, as most do.
     struct Plain;
 
