@@ -417,8 +417,10 @@ mod tests {
         let backend: Arc<dyn Backend> = Arc::new(synthetic(0));
         let data = Arc::new(DataPath::start(config(None), Arc::clone(&backend), stop).unwrap());
         let node = Node::new(data, backend, false);
-        let (a, b): (SocketAddr, SocketAddr) =
-            ("127.0.0.1:5001".parse().unwrap(), "127.0.0.1:5002".parse().unwrap());
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5001".parse().unwrap(),
+            "127.0.0.1:5002".parse().unwrap(),
+        );
         node.session_mode_is(Some(a), request.mode());
         assert_eq!(node.session_mode(Some(a)), RunMode::PerformanceOnly);
         // An accuracy session is remembered for its connection alone, until
