@@ -63,7 +63,7 @@ const MAX_DLRM_ANSWER: usize = 16 << 20;
 
 /// Why a DLRMv3 answer is not the synthetic one of `input`, if it is not.
 fn dlrm_v3_mismatch(input: &[u8], answer: &[u8]) -> Option<String> {
-    if answer.len() % 4 != 0 || answer.len() < 12 {
+    if !answer.len().is_multiple_of(4) || answer.len() < 12 {
         return Some(format!(
             "{} bytes: not a DLRMv3 answer of float32 values",
             answer.len()
