@@ -397,6 +397,20 @@ impl QdlConfig {
 mod tests {
     use super::*;
 
+    #[test]
+    fn sessions_say_no_mode_unless_given_and_modes_go_by_the_loadgens_names() {
+        assert_eq!(QdlConfig::default().mode, RunMode::Unspecified);
+        for (name, mode) in [
+            ("AccuracyOnly", RunMode::AccuracyOnly),
+            ("PerformanceOnly", RunMode::PerformanceOnly),
+            ("SubmissionRun", RunMode::Submission),
+            ("FindPeakPerformance", RunMode::FindPeakPerformance),
+        ] {
+            assert_eq!(run_mode(name), Some(mode), "{name}");
+        }
+        assert_eq!(run_mode("accuracy"), None);
+    }
+
     fn parse(s: &str) -> Result<NodeAddr, String> {
         s.parse::<NodeAddr>().map_err(|e| e.to_string())
     }
