@@ -113,7 +113,8 @@ def main():
         qdl = mlperf_net_qdl.Qdl(
             args.sut, model=args.model, scenario=args.scenario,
             connections_per_node=args.connections_per_node, dispatch=args.dispatch,
-            input_codec=args.input_codec, tls_pin=args.tls_pin)
+            input_codec=args.input_codec, tls_pin=args.tls_pin,
+            mode=settings.mode)
     except (ValueError, ConnectionError) as e:
         sys.exit(f"harness: {e}")
     print(f"harness: connected to {', '.join(qdl.node_names)}", file=sys.stderr)

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use proto::tls::ClientTls;
-use proto::Codec;
+use proto::{Codec, RunMode};
 
 use crate::error::QdlError;
 use crate::policy::DispatchPolicy;
@@ -211,9 +211,27 @@ pub struct QdlConfig {
     /// `use_token_latencies`): nodes whose answers carry no token counts
     /// refuse it.
     pub token_latencies: bool,
+    /// The run's test mode, told to every node in its session: backends
+    /// whose answers differ between accuracy and performance runs (DLRMv3's)
+    /// answer in the layout of the mode. `Unspecified`: the node answers as
+    /// in a performance run.
+    pub mode: RunMode,
     /// Why the benchmark's answers may not travel compressed, if the rules
     /// say so: a node with an output codec is then refused at connection.
     pub answer_compression_refused: Option<String>,
+}
+
+/// The session mode of a LoadGen test mode, by the LoadGen's name
+/// (`AccuracyOnly`, `PerformanceOnly`, `SubmissionRun`,
+/// `FindPeakPerformance`, as `TestMode`'s values are called).
+pub fn run_mode(loadgen_name: &str) -> Option<RunMode> {
+    match loadgen_name {
+        "AccuracyOnly" => Some(RunMode::AccuracyOnly),
+        "PerformanceOnly" => Some(RunMode::PerformanceOnly),
+        "SubmissionRun" => Some(RunMode::Submission),
+        "FindPeakPerformance" => Some(RunMode::FindPeakPerformance),
+        _ => None,
+    }
 }
 
 /// The most network threads a QDL starts: far more than any host's cores,
@@ -304,6 +322,7 @@ impl Default for QdlConfig {
             io_threads: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             token_latencies: false,
+            mode: RunMode::Unspecified,
             answer_compression_refused: None,
         }
     }
@@ -377,6 +396,20 @@ impl QdlConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_say_no_mode_unless_given_and_modes_go_by_the_loadgens_names() {
+        assert_eq!(QdlConfig::default().mode, RunMode::Unspecified);
+        for (name, mode) in [
+            ("AccuracyOnly", RunMode::AccuracyOnly),
+            ("PerformanceOnly", RunMode::PerformanceOnly),
+            ("SubmissionRun", RunMode::Submission),
+            ("FindPeakPerformance", RunMode::FindPeakPerformance),
+        ] {
+            assert_eq!(run_mode(name), Some(mode), "{name}");
+        }
+        assert_eq!(run_mode("accuracy"), None);
+    }
 
     fn parse(s: &str) -> Result<NodeAddr, String> {
         s.parse::<NodeAddr>().map_err(|e| e.to_string())

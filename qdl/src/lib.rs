@@ -78,15 +78,15 @@ mod transport;
 mod watchdog;
 
 pub use config::{
-    NodeAddr, QdlConfig, Sizing, Transport, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_IN_FLIGHT,
-    MAX_IO_THREADS, MAX_SIZED_CONNECTIONS_PER_NODE,
+    run_mode, NodeAddr, QdlConfig, Sizing, Transport, DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_IN_FLIGHT, MAX_IO_THREADS, MAX_SIZED_CONNECTIONS_PER_NODE,
 };
 pub use conn::Counters;
 pub use discover::{find_nodes, NodeList};
 pub use error::QdlError;
 pub use foreign::{ForeignLoadGen, ForeignSut};
 pub use policy::DispatchPolicy;
-pub use proto::Codec;
+pub use proto::{Codec, RunMode};
 pub use sample::{SampleData, StoredSample};
 pub use session::MAX_NODE_NAME_BYTES;
 pub use stats::{ConnectionStats, QdlStats, QdlView};

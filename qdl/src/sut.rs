@@ -138,6 +138,7 @@ impl Qdl {
             scenario: config.scenario.clone(),
             input_codec: config.input_codec as i32,
             token_latencies: config.token_latencies,
+            mode: config.mode as i32,
         };
         let opened = block_on(
             runtime,

@@ -97,7 +97,8 @@ fn open(node: &Arc<Node>, request: http::Request<Body>) -> http::Response<Body> 
         .charged(infer::Unfinished::new(&node.data.unfinished));
     let input = crate::listen::SamplesSeen::new(input, Arc::clone(&node.grpc_slots), peer);
     let connection = node.data.connections.of(peer);
-    let answers = infer::open(stream, input, connection, Arc::clone(&node.data));
+    let mode = node.session_mode(peer);
+    let answers = infer::open(stream, input, connection, mode, Arc::clone(&node.data));
     let mut response = http::Response::new(Body::new(Answers {
         answers,
         writer: FrameWriter::new(),

@@ -2,7 +2,7 @@
 //! health, descriptions, probes, and the opening of Infer streams (whose
 //! data path is `infer`). gRPC serves it as is; QUIC calls it per request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
-use crate::backend::{Backend, BackendError, SessionNeeds};
+use crate::backend::{Backend, BackendError, RunMode, SessionNeeds};
 use crate::codec;
 use crate::infer::DataPath;
 use crate::listen::Slots;
@@ -68,6 +68,9 @@ pub(crate) struct Node {
     /// Connections (by peer address) whose last session was refused, with
     /// the reason: their Infer streams are refused too.
     refused: Mutex<HashMap<SocketAddr, String>>,
+    /// Connections (by peer address) whose latest accepted session is an
+    /// accuracy run: their samples are answered as such.
+    accuracy: Mutex<HashSet<SocketAddr>>,
     /// The places of each transport's connections: those with an accepted
     /// session keep theirs.
     pub(crate) grpc_slots: Arc<Slots>,
@@ -94,6 +97,7 @@ impl Node {
             streams: AtomicU64::new(0),
             describe,
             refused: Mutex::default(),
+            accuracy: Mutex::default(),
             grpc_slots: Arc::new(Slots::new(limits)),
             quic_slots: Arc::new(Slots::new(limits)),
         }
@@ -116,6 +120,32 @@ impl Node {
         Some(Status::failed_precondition(format!(
             "this connection's session was refused ({reason}); start an accepted session first"
         )))
+    }
+
+    /// The test mode of the latest accepted session on `peer`'s
+    /// connection: that of the samples its Infer streams carry.
+    pub(crate) fn session_mode(&self, peer: Option<SocketAddr>) -> RunMode {
+        let accuracy = self.accuracy.lock().unwrap_or_else(PoisonError::into_inner);
+        match peer {
+            Some(peer) if accuracy.contains(&peer) => RunMode::AccuracyOnly,
+            _ => RunMode::PerformanceOnly,
+        }
+    }
+
+    /// Remembers the test mode of `peer`'s accepted session. Past
+    /// `MAX_REFUSED_PEERS` connections the oldest knowledge is dropped (their
+    /// samples are then answered as in a performance run).
+    fn session_mode_is(&self, peer: Option<SocketAddr>, mode: RunMode) {
+        let Some(peer) = peer else { return };
+        let mut accuracy = self.accuracy.lock().unwrap_or_else(PoisonError::into_inner);
+        if mode != RunMode::AccuracyOnly {
+            accuracy.remove(&peer);
+            return;
+        }
+        if accuracy.len() >= MAX_REFUSED_PEERS {
+            accuracy.clear();
+        }
+        accuracy.insert(peer);
     }
 
     /// Remembers whether `peer`'s latest session was refused; a connection
@@ -198,6 +228,9 @@ impl SutNode for Service {
         let request = request.into_inner();
         let refusal = refusal(node.config(), node.backend.as_ref(), &request).unwrap_or_default();
         node.session_outcome(remote, over_quic, &refusal);
+        if refusal.is_empty() {
+            node.session_mode_is(remote, request.mode());
+        }
         let ready = node.ready.load(Ordering::Acquire);
         crate::metrics::NODE.session(refusal.is_empty());
         if refusal.is_empty() {
@@ -205,6 +238,7 @@ impl SutNode for Service {
                 %peer,
                 model = %request.model,
                 scenario = %request.scenario,
+                mode = request.mode().as_str_name(),
                 input_codec = %codec::codec_name(request.input_codec),
                 output_codec = %node.config().codecs.output,
                 ready,
@@ -290,6 +324,7 @@ mod tests {
     /// The synthetic backend, answering with `llm_tokens` tokens each.
     fn synthetic(llm_tokens: u32) -> Synthetic {
         Synthetic::new(SyntheticConfig {
+            layout: Default::default(),
             service_time: ServiceTime::Fixed(Duration::ZERO),
             output_size: 4,
             llm_tokens,
@@ -319,6 +354,7 @@ mod tests {
             scenario: scenario.into(),
             input_codec: codec,
             token_latencies: false,
+            mode: proto::RunMode::Unspecified as i32,
         }
     }
 
@@ -367,6 +403,41 @@ mod tests {
             r.contains("cannot decode unknown codec 7 inputs") && r.contains("none, zstd, lz4"),
             "{r}"
         );
+    }
+
+    #[test]
+    fn an_old_clients_session_says_no_mode_and_is_served_as_a_performance_run() {
+        use prost::Message;
+        // A SessionRequest as a LoadGen node that predates `mode` encodes
+        // it: fields 1 to 5 only.
+        let mut old = vec![0x08, proto::PROTOCOL_VERSION as u8, 0x12, 7];
+        old.extend(b"dlrm-v3");
+        old.extend([0x1a, 7]);
+        old.extend(b"Offline");
+        old.extend([0x20, 0, 0x28, 0]);
+        let request = SessionRequest::decode(&old[..]).unwrap();
+        assert_eq!(request.model, "dlrm-v3");
+        assert_eq!(request.mode(), RunMode::Unspecified);
+        assert_eq!(refusal(&config(None), &synthetic(0), &request), None);
+
+        let (_stop, stop) = tokio::sync::watch::channel(false);
+        let backend: Arc<dyn Backend> = Arc::new(synthetic(0));
+        let data = Arc::new(DataPath::start(config(None), Arc::clone(&backend), stop).unwrap());
+        let node = Node::new(data, backend, false);
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5001".parse().unwrap(),
+            "127.0.0.1:5002".parse().unwrap(),
+        );
+        node.session_mode_is(Some(a), request.mode());
+        assert_eq!(node.session_mode(Some(a)), RunMode::PerformanceOnly);
+        // An accuracy session is remembered for its connection alone, until
+        // the connection's next session says otherwise.
+        node.session_mode_is(Some(b), RunMode::AccuracyOnly);
+        assert_eq!(node.session_mode(Some(b)), RunMode::AccuracyOnly);
+        assert_eq!(node.session_mode(Some(a)), RunMode::PerformanceOnly);
+        assert_eq!(node.session_mode(None), RunMode::PerformanceOnly);
+        node.session_mode_is(Some(b), request.mode());
+        assert_eq!(node.session_mode(Some(b)), RunMode::PerformanceOnly);
     }
 
     /// A backend that answers without tokens, as most do.

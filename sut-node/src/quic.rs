@@ -375,7 +375,9 @@ async fn infer_stream(mut send: SendStream, recv: RecvStream, node: Arc<Node>, p
     };
     let connection = node.data.connections.of(Some(peer));
     let input = crate::listen::SamplesSeen::new(input, Arc::clone(&node.quic_slots), Some(peer));
-    let mut answers = infer::open(stream, input, connection, Arc::clone(&node.data)).into_inner();
+    let mode = node.session_mode(Some(peer));
+    let mut answers =
+        infer::open(stream, input, connection, mode, Arc::clone(&node.data)).into_inner();
     loop {
         let chunks = w.take_chunks();
         if !chunks.is_empty() {

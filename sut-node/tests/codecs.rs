@@ -63,6 +63,7 @@ async fn node_with(
         limits,
     };
     let backend = Arc::new(Synthetic::new(SyntheticConfig {
+        layout: Default::default(),
         service_time: "fixed:0".parse::<ServiceTime>().unwrap(),
         output_size: ANSWER,
         llm_tokens,

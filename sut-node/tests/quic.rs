@@ -82,6 +82,7 @@ impl Node {
             limits,
         };
         let backend = Arc::new(Synthetic::new(SyntheticConfig {
+            layout: Default::default(),
             service_time: "fixed:0".parse().unwrap(),
             output_size: output,
             llm_tokens: 0,

@@ -52,6 +52,7 @@ fn config(name: &str) -> NodeConfig {
 
 fn synthetic(service_time: &str, output_size: usize, llm_tokens: u32) -> Arc<dyn Backend> {
     Arc::new(Synthetic::new(SyntheticConfig {
+        layout: Default::default(),
         service_time: service_time.parse::<ServiceTime>().unwrap(),
         output_size,
         llm_tokens,

@@ -72,7 +72,8 @@ impl Observers {
         if let SutPlan::Network(net) = &plan.sut {
             if net.verify_synthetic {
                 let log = plan.output.dir.join("mlperf_log_accuracy.json");
-                if !verify_synthetic(&log, &net.data)? {
+                let layout = verify::Layout::of(&plan.test.model);
+                if !verify_synthetic(&log, &net.data, layout)? {
                     return Ok(Exit::SyntheticMismatch);
                 }
             }
@@ -83,8 +84,12 @@ impl Observers {
 
 /// Checks an accuracy log against the synthetic backend's answers and says
 /// so; true when every logged answer matches its sample.
-fn verify_synthetic(accuracy_log: &Path, data: &crate::qsl::DataSource) -> Result<bool> {
-    let verdict = verify::check(accuracy_log, data)?;
+fn verify_synthetic(
+    accuracy_log: &Path,
+    data: &crate::qsl::DataSource,
+    layout: verify::Layout,
+) -> Result<bool> {
+    let verdict = verify::check(accuracy_log, data, layout)?;
     if verdict.passed() {
         println!(
             "synthetic accuracy check: all {} logged answers match their samples",

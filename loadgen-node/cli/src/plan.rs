@@ -538,6 +538,16 @@ pub fn data_set(args: &RunArgs, model: &str) -> Result<(DataSource, usize)> {
     Ok((data, performance_samples))
 }
 
+/// The mode the sessions tell the nodes: the run's effective test mode.
+fn session_mode(mode: TestMode) -> qdl::RunMode {
+    match mode {
+        TestMode::AccuracyOnly => qdl::RunMode::AccuracyOnly,
+        TestMode::PerformanceOnly => qdl::RunMode::PerformanceOnly,
+        TestMode::SubmissionRun => qdl::RunMode::Submission,
+        TestMode::FindPeakPerformance => qdl::RunMode::FindPeakPerformance,
+    }
+}
+
 fn network_plan(
     args: &RunArgs,
     test: &TestPlan,
@@ -546,10 +556,12 @@ fn network_plan(
     performance_samples: usize,
 ) -> Result<NetworkPlan> {
     let model = test.model.as_str();
-    // Nodes whose answers carry no token counts refuse such a session.
-    let token_latencies = test
-        .effective(data.total(), performance_samples)
-        .use_token_latencies;
+    // Nodes whose answers carry no token counts refuse such a session. The
+    // effective settings are those of either engine: the official LoadGen
+    // is handed the same user.conf, audit.config and --mode.
+    let effective = test.effective(data.total(), performance_samples);
+    let token_latencies = effective.use_token_latencies;
+    let mode = session_mode(effective.mode);
     let tls = args.tls.client_tls()?;
     if args.tls.tls_insecure {
         eprintln!(
@@ -574,6 +586,7 @@ fn network_plan(
         io_threads: args.qdl_threads,
         max_in_flight: args.max_in_flight,
         token_latencies,
+        mode,
         ..QdlConfig::default()
     };
     Ok(NetworkPlan {

@@ -46,11 +46,73 @@ impl Verdict {
     }
 }
 
-/// Checks every entry of `accuracy_log` against `data`. The log is read as
-/// a stream, each answer's hex compared with its expected bytes piece by
-/// piece: an answer of hundreds of MB (WAN-2.2's videos, 900 MB of hex)
-/// costs a buffer, not its size.
-pub fn check(accuracy_log: &Path, data: &DataSource) -> Result<Verdict, VerifyError> {
+/// How a benchmark's synthetic answers are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `facts::synthetic::answer` of the sample, of any length.
+    Bytes,
+    /// DLRMv3's float32 requests (`facts::synthetic::dlrm_v3_answer`), in
+    /// either of TEST08's layouts: an accuracy run's `[ts_idx, query_idx,
+    /// predictions, labels, weights, candidates]` or a performance run's
+    /// `[ts_idx, query_idx, predictions]`; or the bytes of a node started
+    /// without `--benchmark dlrm-v3`.
+    DlrmV3,
+}
+
+impl Layout {
+    /// The layout of `model`'s synthetic answers (`sut-node --benchmark`).
+    pub fn of(model: &str) -> Self {
+        if facts::benchmarks::canonical(model) == "dlrm-v3" {
+            Self::DlrmV3
+        } else {
+            Self::Bytes
+        }
+    }
+}
+
+/// The largest DLRMv3 answer checked: far above the suite's (2048
+/// candidates, 24 KiB in an accuracy run); a longer one is a mismatch.
+const MAX_DLRM_ANSWER: usize = 16 << 20;
+
+/// Why a DLRMv3 answer is not the synthetic one of `input`, if it is not.
+fn dlrm_v3_mismatch(input: &[u8], answer: &[u8]) -> Option<String> {
+    if !answer.len().is_multiple_of(4) || answer.len() < 12 {
+        return Some(format!(
+            "{} bytes: not a DLRMv3 answer of float32 values",
+            answer.len()
+        ));
+    }
+    let floats = answer.len() / 4;
+    let last = answer.len() - 4;
+    let tail = f32::from_le_bytes([
+        answer[last],
+        answer[last + 1],
+        answer[last + 2],
+        answer[last + 3],
+    ]);
+    let candidates = tail as usize;
+    let accuracy = tail.is_finite()
+        && tail >= 1.0
+        && tail.fract() == 0.0
+        && candidates.checked_mul(3).and_then(|c| c.checked_add(3)) == Some(floats);
+    let expected = if accuracy {
+        facts::synthetic::dlrm_v3_answer(input, candidates, true)
+    } else {
+        facts::synthetic::dlrm_v3_answer(input, floats - 2, false)
+    };
+    (expected != answer).then(|| "the answer is not that of this sample's data".into())
+}
+
+/// Checks every entry of `accuracy_log` against `data`, whose answers have
+/// `layout`. The log is read as a stream, each answer's hex compared with
+/// its expected bytes piece by piece: an answer of hundreds of MB (WAN-2.2's
+/// videos, 900 MB of hex) costs a buffer, not its size. A DLRMv3 answer,
+/// whose layout shows only at its end, is read whole, up to 16 MiB.
+pub fn check(
+    accuracy_log: &Path,
+    data: &DataSource,
+    layout: Layout,
+) -> Result<Verdict, VerifyError> {
     let path = accuracy_log.display().to_string();
     let file = std::fs::File::open(accuracy_log).map_err(|source| VerifyError::Io {
         path: path.clone(),
@@ -59,6 +121,7 @@ pub fn check(accuracy_log: &Path, data: &DataSource) -> Result<Verdict, VerifyEr
     let mut log = LogReader {
         r: std::io::BufReader::with_capacity(1 << 16, file),
         path,
+        layout,
     };
     let mut verdict = Verdict::default();
     log.expect(b'[')?;
@@ -111,6 +174,7 @@ fn fill<'a, R: BufRead>(r: &'a mut R, path: &str) -> Result<&'a [u8], VerifyErro
 struct LogReader<R: BufRead> {
     r: R,
     path: String,
+    layout: Layout,
 }
 
 impl<R: BufRead> LogReader<R> {
@@ -260,6 +324,40 @@ impl<R: BufRead> LogReader<R> {
         }
     }
 
+    /// Reads a data string whole (up to `MAX_DLRM_ANSWER` bytes), then
+    /// compares it with DLRMv3's synthetic answer of `input`.
+    fn compare_whole(&mut self, input: &[u8]) -> Result<Option<String>, VerifyError> {
+        let (mut hex_ok, mut too_long) = (true, false);
+        let mut nibble: Option<u8> = None;
+        let mut got = Vec::new();
+        self.string_pieces(|piece| {
+            for &c in piece {
+                let v = HEX_VALUE[c as usize];
+                if v > 15 {
+                    hex_ok = false;
+                    continue;
+                }
+                match nibble.take() {
+                    None => nibble = Some(v),
+                    Some(_) if got.len() >= MAX_DLRM_ANSWER => too_long = true,
+                    Some(high) => got.push(high << 4 | v),
+                }
+            }
+        })?;
+        Ok(if !hex_ok || nibble.is_some() {
+            Some("data is not hexadecimal".into())
+        } else if too_long {
+            Some(format!(
+                "the answer is longer than {MAX_DLRM_ANSWER} bytes, more than any DLRMv3 answer"
+            ))
+        } else if facts::synthetic::answer(input, got.len()) == got {
+            // A node started without `--benchmark dlrm-v3` answers bytes.
+            None
+        } else {
+            dlrm_v3_mismatch(input, &got)
+        })
+    }
+
     /// Reads a data string, comparing it with the synthetic answer of
     /// sample `idx` as it goes.
     fn compare(&mut self, idx: u64, data: &DataSource) -> Result<Option<String>, VerifyError> {
@@ -270,6 +368,9 @@ impl<R: BufRead> LogReader<R> {
                 return Ok(Some(e.0));
             }
         };
+        if self.layout == Layout::DlrmV3 {
+            return self.compare_whole(&input);
+        }
         let mut expected = facts::synthetic::AnswerStream::new(&input);
         let (mut hex_ok, mut same) = (true, true);
         let mut nibble: Option<u8> = None;
@@ -354,7 +455,7 @@ pub fn check_synthetic(args: &CheckSyntheticArgs) -> anyhow::Result<Exit> {
         args.sample_bytes,
         args.total_sample_count,
     )?;
-    let verdict = check(&args.accuracy_log, &data)?;
+    let verdict = check(&args.accuracy_log, &data, Layout::of(&args.model))?;
     let good = verdict.checked - verdict.mismatches.len();
     let share = match verdict.checked {
         0 => 0.0,
@@ -378,6 +479,39 @@ mod tests {
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02X}")).collect()
+    }
+
+    #[test]
+    fn dlrm_v3_answers_are_checked_in_either_layout() {
+        let data = DataSource::Synthetic {
+            sample_bytes: 64,
+            total: 4,
+            tensors: &[],
+        };
+        let sample = |i| synthetic_sample(i, 64);
+        let acc = facts::synthetic::dlrm_v3_answer(&sample(0), 3, true);
+        let perf = facts::synthetic::dlrm_v3_answer(&sample(1), 3, false);
+        let other = facts::synthetic::dlrm_v3_answer(&sample(3), 3, true);
+        // A node started without --benchmark dlrm-v3 answers bytes.
+        let bytes = facts::synthetic::answer(&sample(2), 20);
+        let dir = testkit::Scratch::new("verify-dlrm");
+        let path = dir.join("log.json");
+        std::fs::write(
+            &path,
+            log_of(&[
+                (0, acc),
+                (1, perf),
+                (2, bytes.clone()),
+                (0, other),
+                (1, bytes),
+            ]),
+        )
+        .unwrap();
+        let v = check(&path, &data, Layout::DlrmV3).unwrap();
+        assert_eq!(v.checked, 5);
+        let bad: Vec<u64> = v.mismatches.iter().map(|m| m.0).collect();
+        assert_eq!(bad, [3, 4], "{:?}", v.mismatches);
+        assert!(v.mismatches[0].2.contains("not that of this sample"));
     }
 
     /// An accuracy log of one entry per (qsl_idx, answer), as the LoadGen
@@ -420,7 +554,7 @@ mod tests {
                 *last ^= 1;
             }
             std::fs::write(&path, log_of(&[(1, good), (1, bad)])).unwrap();
-            let v = check(&path, &data).unwrap();
+            let v = check(&path, &data, Layout::Bytes).unwrap();
             assert_eq!(v.checked, 2, "{n} bytes");
             assert_eq!(v.mismatches.len(), 1, "{n} bytes: {v:?}");
             assert_eq!(v.mismatches[0].0, 1, "{n} bytes");
@@ -459,7 +593,7 @@ mod tests {
             (format!("{{{first}}}"), "expected `[`"),
         ] {
             std::fs::write(&path, &text).unwrap();
-            let err = check(&path, &data).unwrap_err().to_string();
+            let err = check(&path, &data, Layout::Bytes).unwrap_err().to_string();
             assert!(err.contains(&path.display().to_string()), "{err}");
             assert!(err.contains(entry), "{text}: {err}");
         }
@@ -482,14 +616,14 @@ mod tests {
         let dir = testkit::Scratch::new("verify");
         let path = dir.join("mlperf_log_accuracy.json");
         std::fs::write(&path, log).unwrap();
-        let v = check(&path, &data).unwrap();
+        let v = check(&path, &data, Layout::Bytes).unwrap();
         assert_eq!(v.checked, 2);
         assert_eq!(v.mismatches.len(), 1);
         assert_eq!((v.mismatches[0].0, v.mismatches[0].1), (1, 3));
         assert!(!v.passed());
 
         std::fs::write(&path, "[{\"seq_id\": 1}]").unwrap();
-        assert!(check(&path, &data)
+        assert!(check(&path, &data, Layout::Bytes)
             .unwrap_err()
             .to_string()
             .contains("entry 0 lacks"));
@@ -504,7 +638,7 @@ mod tests {
             hex(&good)
         );
         std::fs::write(&path, tokens).unwrap();
-        let v = check(&path, &data).unwrap();
+        let v = check(&path, &data, Layout::Bytes).unwrap();
         assert_eq!(v.checked, 4);
         let why: Vec<&str> = v.mismatches.iter().map(|m| m.2.as_str()).collect();
         assert_eq!(
@@ -513,13 +647,13 @@ mod tests {
         );
         assert!(why[2].contains("not in the data set"), "{why:?}");
         std::fs::write(&path, "[\n]\n").unwrap();
-        assert_eq!(check(&path, &data).unwrap().checked, 0);
+        assert_eq!(check(&path, &data, Layout::Bytes).unwrap().checked, 0);
         std::fs::write(
             &path,
             format!("[{{\"seq_id\":0,\"qsl_idx\":3,\"data\":\"{}", hex(&good)),
         )
         .unwrap();
-        assert!(check(&path, &data)
+        assert!(check(&path, &data, Layout::Bytes)
             .unwrap_err()
             .to_string()
             .contains("ends inside"));

@@ -82,9 +82,79 @@ impl AnswerStream {
     }
 }
 
+/// Candidates of DLRMv3's synthetic answers of `output_size` bytes: a
+/// float32 score per candidate (the suite table's 2048), at least one.
+pub fn dlrm_v3_candidates(output_size: usize) -> usize {
+    (output_size / 4).max(1)
+}
+
+/// DLRMv3's synthetic answer of `input`, in the layout TEST08 reads, as
+/// float32 values: `[ts_idx, query_idx, predictions, labels, weights,
+/// candidates]` in an accuracy run, `[ts_idx, query_idx, predictions]`
+/// otherwise. Every value comes from the input's [`AnswerStream`]: the
+/// request's key (two 24-bit numbers, exact in float32), then each
+/// candidate's prediction (in [0.01, 0.99)) and label (0 or 1); weights
+/// are 1. The predictions of both layouts are the same, so the normalized
+/// entropy of a performance run's answer equals the accuracy run's.
+pub fn dlrm_v3_answer(input: &[u8], candidates: usize, accuracy: bool) -> Vec<u8> {
+    let mut stream = AnswerStream::new(input);
+    let mut next = || {
+        let mut w = [0u8; 8];
+        stream.fill(&mut w);
+        u64::from_le_bytes(w)
+    };
+    let key = next();
+    let floats = if accuracy {
+        3 + 3 * candidates
+    } else {
+        2 + candidates
+    };
+    let mut values: Vec<f32> = Vec::with_capacity(floats);
+    values.push((key & 0xff_ffff) as f32);
+    values.push(((key >> 24) & 0xff_ffff) as f32);
+    let mut labels = Vec::with_capacity(if accuracy { candidates } else { 0 });
+    for _ in 0..candidates {
+        let x = next();
+        values.push(0.01 + 0.98 * ((x >> 40) as f32 / (1u32 << 24) as f32));
+        if accuracy {
+            labels.push((x & 1) as f32);
+        }
+    }
+    if accuracy {
+        values.extend(labels);
+        values.extend(std::iter::repeat_n(1.0f32, candidates));
+        values.push(candidates as f32);
+    }
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dlrm_v3_answers_have_the_layout_of_their_mode() {
+        let floats = |b: Vec<u8>| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let acc = floats(dlrm_v3_answer(b"request", 5, true));
+        let perf = floats(dlrm_v3_answer(b"request", 5, false));
+        assert_eq!(acc.len(), 3 + 3 * 5);
+        assert_eq!(perf.len(), 2 + 5);
+        assert_eq!(acc[..7], perf[..], "the same key and predictions");
+        assert_eq!(acc[17], 5.0);
+        assert!(acc[2..7].iter().all(|p| (0.01..0.99).contains(p)));
+        assert!(acc[7..12].iter().all(|l| *l == 0.0 || *l == 1.0));
+        assert!(acc[12..17].iter().all(|w| *w == 1.0));
+        assert!(acc[..2]
+            .iter()
+            .all(|k| k.fract() == 0.0 && *k < (1u32 << 24) as f32));
+        assert_ne!(perf, floats(dlrm_v3_answer(b"requesu", 5, false)));
+        assert_eq!(dlrm_v3_candidates(2048 * 4), 2048);
+        assert_eq!(dlrm_v3_candidates(2), 1);
+    }
 
     #[test]
     fn depends_on_every_byte_and_has_the_asked_length() {

@@ -211,6 +211,11 @@ fn connect_error(e: QdlError) -> PyErr {
 ///         answered (at least 1).
 ///     token_latencies: judge the run on token latencies (each answer with
 ///         its first token and token count); `None`: as the benchmark is.
+///     mode: the run's test mode, told to the nodes (whose answers may
+///         differ between accuracy and performance runs, as DLRMv3's do):
+///         a `mlperf_loadgen.TestMode` or its name ("AccuracyOnly",
+///         "PerformanceOnly", "SubmissionRun", "FindPeakPerformance");
+///         `None`: not said (nodes answer as in a performance run).
 ///     tls_pin: SHA-256 fingerprints of the nodes' certificates, as 64 hex
 ///         digits (sut-node prints its own at start).
 ///     tls_ca: a PEM file of the CA certificates the nodes' chains must lead
@@ -219,6 +224,24 @@ fn connect_error(e: QdlError) -> PyErr {
 ///     tls_client_cert: a PEM certificate chain to present to nodes that
 ///         require mutual TLS; goes with `tls_client_key`.
 ///     tls_client_key: the PEM private key of `tls_client_cert`.
+/// The session mode of `mode`: a `TestMode` of the LoadGen (by its name)
+/// or the name itself.
+fn run_mode(mode: &Bound<'_, PyAny>) -> PyResult<qdl::RunMode> {
+    let name: String = match mode.extract::<String>() {
+        Ok(name) => name,
+        Err(_) => mode
+            .getattr("name")
+            .and_then(|n| n.extract())
+            .map_err(|_| config_error("mode: expected a TestMode or its name"))?,
+    };
+    qdl::run_mode(&name).ok_or_else(|| {
+        config_error(format!(
+            "mode: unknown test mode {name:?} (expected AccuracyOnly, PerformanceOnly, \
+             SubmissionRun or FindPeakPerformance)"
+        ))
+    })
+}
+
 #[pyclass(frozen, name = "Qdl", module = "mlperf_net_qdl")]
 struct PyQdl {
     /// `None` once finished.
@@ -263,6 +286,7 @@ impl PyQdl {
         io_threads = None,
         max_in_flight = qdl::DEFAULT_MAX_IN_FLIGHT,
         token_latencies = None,
+        mode = None,
         tls_pin = Vec::new(),
         tls_ca = None,
         tls_insecure = false,
@@ -287,6 +311,7 @@ impl PyQdl {
         io_threads: Option<usize>,
         max_in_flight: u64,
         token_latencies: Option<bool>,
+        mode: Option<&Bound<'_, PyAny>>,
         tls_pin: Vec<String>,
         tls_ca: Option<String>,
         tls_insecure: bool,
@@ -306,6 +331,7 @@ impl PyQdl {
                 why.replace("loadgen-node --open-division", "open_division=True")
             )));
         }
+        let mode = mode.map(run_mode).transpose()?.unwrap_or_default();
         let model_name = model.clone();
         let found = node_list(nodes)?;
         let config = QdlConfig {
@@ -339,6 +365,7 @@ impl PyQdl {
             max_in_flight: max_in_flight.max(1),
             token_latencies: token_latencies
                 .unwrap_or_else(|| facts::benchmarks::find(&model_name).is_some_and(|b| b.llm)),
+            mode,
             answer_compression_refused: compression.err(),
         };
         let loadgen = Arc::new(PythonLoadGen::import(py)?);

@@ -67,12 +67,27 @@ pub enum SampleFailure {
     Panicked,
 }
 
+/// The LoadGen's test mode of a session (`SessionRequest.mode`).
+pub use proto::RunMode;
+
 /// What the batcher says about a batch besides its inputs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BatchInfo {
+pub struct BatchInfo<'a> {
     /// The batch was already waiting when the previous one finished, so it
     /// follows that one without a gap, as on a fully busy accelerator.
     pub back_to_back: bool,
+    /// The test mode of each sample's session, in the batch's order (empty:
+    /// all performance).
+    pub modes: &'a [RunMode],
+}
+
+impl BatchInfo<'_> {
+    /// Whether sample `index` of the batch belongs to an accuracy run, whose
+    /// answers some benchmarks lay out otherwise (DLRMv3's carry labels and
+    /// weights).
+    pub fn accuracy(&self, index: usize) -> bool {
+        self.modes.get(index) == Some(&RunMode::AccuracyOnly)
+    }
 }
 
 /// Where a backend sends a sample's results as soon as it has them, before

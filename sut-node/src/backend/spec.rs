@@ -133,6 +133,7 @@ mod tests {
     #[test]
     fn each_spec_builds_its_backend_or_says_why_not() {
         let synthetic = build(BackendSpec::Synthetic(SyntheticConfig {
+            layout: Default::default(),
             service_time: ServiceTime::Fixed(std::time::Duration::ZERO),
             output_size: 4,
             llm_tokens: 0,

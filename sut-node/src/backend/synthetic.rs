@@ -106,9 +106,23 @@ impl ServiceTime {
     }
 }
 
+/// How the synthetic answers are laid out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AnswerLayout {
+    /// `facts::synthetic::answer(input, output_size)`.
+    #[default]
+    Bytes,
+    /// DLRMv3's float32 layout of the sample's session mode
+    /// (`facts::synthetic::dlrm_v3_answer`), a candidate per 4 bytes of
+    /// `output_size`.
+    DlrmV3,
+}
+
 /// What the synthetic backend answers and how long it takes.
 #[derive(Debug, Clone)]
 pub struct SyntheticConfig {
+    /// Bytes, or a benchmark's layout (`--benchmark dlrm-v3`).
+    pub layout: AnswerLayout,
     /// How long each batch takes.
     pub service_time: ServiceTime,
     /// Bytes in each answer.
@@ -138,7 +152,13 @@ impl SyntheticConfig {
             Some(b) if b.llm => u32::try_from(output_size / 4).unwrap_or(u32::MAX),
             _ => 0,
         });
+        let dlrm_v3 = benchmark.is_some_and(|b| b.model == "dlrm-v3");
         SyntheticConfig {
+            layout: if dlrm_v3 {
+                AnswerLayout::DlrmV3
+            } else {
+                AnswerLayout::Bytes
+            },
             service_time,
             output_size,
             llm_tokens,
@@ -263,7 +283,17 @@ impl Backend for Synthetic {
         let size = self.config.output_size;
         let answers: Vec<Bytes> = inputs
             .iter()
-            .map(|input| Bytes::from(facts::synthetic::answer(input, size)))
+            .enumerate()
+            .map(|(i, input)| {
+                Bytes::from(match self.config.layout {
+                    AnswerLayout::Bytes => facts::synthetic::answer(input, size),
+                    AnswerLayout::DlrmV3 => facts::synthetic::dlrm_v3_answer(
+                        input,
+                        facts::synthetic::dlrm_v3_candidates(size),
+                        info.accuracy(i),
+                    ),
+                })
+            })
             .collect();
         let service_time = self.config.service_time;
         let timing = (!service_time.is_zero()).then(|| {
@@ -297,6 +327,7 @@ impl Backend for Synthetic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::RunMode;
 
     const US: fn(u64) -> Duration = Duration::from_micros;
 
@@ -356,6 +387,7 @@ mod tests {
     #[test]
     fn exponential_times_are_seeded_and_have_the_asked_mean() {
         let config = |seed| SyntheticConfig {
+            layout: Default::default(),
             service_time: ServiceTime::Exponential(US(1000)),
             output_size: 4,
             llm_tokens: 0,
@@ -383,6 +415,7 @@ mod tests {
     #[test]
     fn back_to_back_batches_make_up_the_sleep_overshoot_only() {
         let backend = Synthetic::new(SyntheticConfig {
+            layout: Default::default(),
             service_time: ServiceTime::Fixed(US(1000)),
             output_size: 4,
             llm_tokens: 0,
@@ -413,6 +446,7 @@ mod tests {
     #[test]
     fn answers_are_the_shared_synthetic_function_of_the_input() {
         let backend = Synthetic::new(SyntheticConfig {
+            layout: Default::default(),
             service_time: ServiceTime::Fixed(US(0)),
             output_size: 12,
             llm_tokens: 0,
@@ -433,8 +467,46 @@ mod tests {
     }
 
     #[test]
+    fn dlrm_v3_answers_follow_each_samples_session_mode() {
+        let backend = Synthetic::new(SyntheticConfig {
+            layout: AnswerLayout::DlrmV3,
+            service_time: ServiceTime::Fixed(US(0)),
+            output_size: 16,
+            llm_tokens: 0,
+            seed: 0,
+        });
+        let inputs = [Bytes::from_static(b"one"), Bytes::from_static(b"two")];
+        let modes = [RunMode::AccuracyOnly, RunMode::PerformanceOnly];
+        let info = BatchInfo {
+            back_to_back: false,
+            modes: &modes,
+        };
+        let outputs = backend
+            .infer(&inputs, info, &mut Collect(Vec::new()))
+            .unwrap();
+        let payload = |i: usize| outputs[i].as_ref().unwrap().payload.clone();
+        assert_eq!(
+            payload(0),
+            facts::synthetic::dlrm_v3_answer(b"one", 4, true)
+        );
+        assert_eq!(
+            payload(1),
+            facts::synthetic::dlrm_v3_answer(b"two", 4, false)
+        );
+        // No mode said (an old LoadGen node): the performance layout.
+        let outputs = backend
+            .infer(&inputs[..1], BatchInfo::default(), &mut Collect(Vec::new()))
+            .unwrap();
+        assert_eq!(
+            outputs[0].as_ref().unwrap().payload,
+            facts::synthetic::dlrm_v3_answer(b"one", 4, false)
+        );
+    }
+
+    #[test]
     fn llm_mode_sends_the_answers_first_bytes_as_first_token() {
         let backend = Synthetic::new(SyntheticConfig {
+            layout: Default::default(),
             service_time: ServiceTime::Fixed(US(2000)),
             output_size: 10,
             llm_tokens: 32,

@@ -47,6 +47,7 @@ pub(super) fn batch_runner(
     outstanding: Arc<AtomicU64>,
 ) -> impl FnMut(&mut Vec<Job>, Turn) + Send + 'static {
     let mut inputs: Vec<Bytes> = Vec::new();
+    let mut modes: Vec<crate::backend::RunMode> = Vec::new();
     let mut answered: Vec<bool> = Vec::new();
     // When the last batch was ready: a batch run back to back with it
     // starts then (or when its last sample came, if later), which saves a
@@ -58,6 +59,8 @@ pub(super) fn batch_runner(
     move |jobs: &mut Vec<Job>, Turn { back_to_back, more }| {
         inputs.clear();
         inputs.extend(jobs.iter_mut().map(|job| std::mem::take(&mut job.input)));
+        modes.clear();
+        modes.extend(jobs.iter().map(|job| job.reply.mode));
         answered.clear();
         answered.resize(jobs.len(), false);
         let started = if back_to_back {
@@ -71,7 +74,10 @@ pub(super) fn batch_runner(
             outstanding: &outstanding,
             started,
         };
-        let info = BatchInfo { back_to_back };
+        let info = BatchInfo {
+            back_to_back,
+            modes: &modes,
+        };
         let result = catch_unwind(AssertUnwindSafe(|| backend.infer(&inputs, info, &mut sink)));
         let ready = std::time::Instant::now();
         last_ready = ready;

@@ -50,18 +50,20 @@ pub(crate) use data_path::DataPath;
 
 /// Starts the reader and writer of a new stream, whatever its transport:
 /// `input` yields the stream's `ToNode` messages (an error ends the input,
-/// as the end of the stream does). Returns its answers.
+/// as the end of the stream does); its samples belong to a session of
+/// `mode`. Returns its answers.
 pub(crate) fn open<S, E>(
     stream: u64,
     input: S,
     connection: Arc<budget::Connection>,
+    mode: crate::backend::RunMode,
     node: Arc<DataPath>,
 ) -> ReceiverStream<Result<FromNode, Status>>
 where
     S: Stream<Item = Result<ToNode, E>> + Unpin + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let reply = Arc::new(outbox::Reply::default());
+    let reply = Arc::new(outbox::Reply::of_session(mode));
     // Capacity 1: while the gRPC layer is busy sending, answers pile up in
     // the outbox and leave together in the next FromNode.
     let (tx, rx) = mpsc::channel(1);
@@ -199,7 +201,13 @@ mod tests {
             let peer = std::net::SocketAddr::from(([10, 0, 0, 1], 5000 + s as u16));
             let connection = node.connections.of(Some(peer));
             let input = ReceiverStream::new(rx).map(Ok::<_, String>);
-            answers.push(open(s as u64, input, connection, Arc::clone(&node)));
+            answers.push(open(
+                s as u64,
+                input,
+                connection,
+                Default::default(),
+                Arc::clone(&node),
+            ));
             inputs.push(tx);
         }
         tokio::task::spawn_blocking(move || has_started.recv())

@@ -71,6 +71,18 @@ pub(super) struct Reply {
     pub(super) drained: Notify,
     /// The writer has ended: nobody will take answers any more.
     pub(super) writer_gone: AtomicBool,
+    /// The test mode of the session the stream's samples belong to.
+    pub(super) mode: crate::backend::RunMode,
+}
+
+impl Reply {
+    /// The way back to a stream whose samples belong to a session of `mode`.
+    pub(super) fn of_session(mode: crate::backend::RunMode) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
 }
 
 /// What one stream's writer has to send, and what it still waits for.
