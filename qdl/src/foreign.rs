@@ -32,8 +32,9 @@ use crate::sut::Qdl;
 
 /// The foreign LoadGen's completion entry points (`QuerySamplesComplete`,
 /// `FirstTokenComplete`). Called from the QDL's network threads, which live
-/// as long as the [`ForeignSut`] (see [`ForeignSut::finish`]), and, when the
-/// run fails, from the thread that issues.
+/// as long as the [`ForeignSut`] (see [`ForeignSut::finish`]), or, in runs
+/// with token latencies, from its one delivery thread, which lives as long
+/// as the process; and, when the run fails, from the thread that issues.
 pub trait ForeignLoadGen: Send + Sync {
     /// Hands answers to the foreign LoadGen (`QuerySamplesComplete`); each
     /// id once.
