@@ -20,6 +20,7 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use loadgen_engine::sut::SutError;
@@ -31,8 +32,9 @@ use crate::sut::Qdl;
 
 /// The foreign LoadGen's completion entry points (`QuerySamplesComplete`,
 /// `FirstTokenComplete`). Called from the QDL's network threads, which live
-/// as long as the [`ForeignSut`] (see [`ForeignSut::finish`]), and, when the
-/// run fails, from the thread that issues.
+/// as long as the [`ForeignSut`] (see [`ForeignSut::finish`]), or, in runs
+/// with token latencies, from its one delivery thread, which lives as long
+/// as the process; and, when the run fails, from the thread that issues.
 pub trait ForeignLoadGen: Send + Sync {
     /// Hands answers to the foreign LoadGen (`QuerySamplesComplete`); each
     /// id once.
@@ -75,10 +77,158 @@ impl Hasher for IdHasher {
 
 type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
+/// A sample's first token before its answer (see the module's
+/// documentation).
+struct FirstTokens {
+    /// Every scenario but Offline: an answer needs its first token first.
+    required: bool,
+    /// Samples whose first token was passed on and whose answer was not yet.
+    pending: Mutex<IdSet>,
+}
+
+/// What [`FirstTokens`] makes of one call's ids: which pass, and the first
+/// answer refused for want of its first token.
+#[derive(Debug, PartialEq)]
+struct Sorted {
+    pass: Vec<usize>,
+    refused: Vec<u64>,
+}
+
+impl FirstTokens {
+    fn new(required: bool) -> Self {
+        Self {
+            required,
+            pending: Mutex::new(IdSet::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, IdSet> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// First tokens for `ids` (outstanding ones): each passes once.
+    fn first_tokens(&self, ids: impl Iterator<Item = u64>) -> Sorted {
+        let mut pending = self.lock();
+        let pass = ids
+            .enumerate()
+            .filter(|&(_, id)| pending.insert(id))
+            .map(|(i, _)| i)
+            .collect();
+        Sorted {
+            pass,
+            refused: Vec::new(),
+        }
+    }
+
+    /// Answers for `ids` (outstanding ones): each passes if its first token
+    /// did, or if first tokens are optional.
+    fn answers(&self, ids: impl Iterator<Item = u64>) -> Sorted {
+        let mut pending = self.lock();
+        let mut sorted = Sorted {
+            pass: Vec::new(),
+            refused: Vec::new(),
+        };
+        for (i, id) in ids.enumerate() {
+            if pending.remove(&id) || !self.required {
+                sorted.pass.push(i);
+            } else {
+                sorted.refused.push(id);
+            }
+        }
+        sorted
+    }
+}
+
+/// A response owned, to cross to the delivery thread.
+struct Owned {
+    id: u64,
+    data: Vec<u8>,
+    n_tokens: i64,
+}
+
+enum Call {
+    FirstTokens(Vec<Owned>),
+    Answers(Vec<Owned>),
+}
+
+/// Makes every call to the foreign LoadGen from one thread, in the order
+/// they were made (see the module's documentation).
+struct Delivery {
+    out: Arc<dyn ForeignLoadGen>,
+    calls: mpsc::Sender<Call>,
+}
+
+impl Delivery {
+    fn start(out: Arc<dyn ForeignLoadGen>) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Call>();
+        let inner = out.clone();
+        std::thread::Builder::new()
+            .name("qdl-deliver".into())
+            .spawn(move || {
+                for call in rx {
+                    let (first, owned) = match &call {
+                        Call::FirstTokens(v) => (true, v),
+                        Call::Answers(v) => (false, v),
+                    };
+                    let responses: Vec<QuerySampleResponse<'_>> = owned
+                        .iter()
+                        .map(|o| QuerySampleResponse {
+                            id: o.id,
+                            data: &o.data,
+                            n_tokens: o.n_tokens,
+                        })
+                        .collect();
+                    match first {
+                        true => inner.first_tokens_complete(&responses),
+                        false => inner.samples_complete(&responses),
+                    }
+                }
+                // The official 6.0.17 core crashes when a thread that called
+                // it exits: this one stays until the process ends.
+                loop {
+                    std::thread::park();
+                }
+            })?;
+        Ok(Self { out, calls: tx })
+    }
+
+    fn send(&self, call: Call) {
+        // The thread never ends while the sender lives.
+        let _ = self.calls.send(call);
+    }
+
+    fn own(responses: &[QuerySampleResponse<'_>]) -> Vec<Owned> {
+        responses
+            .iter()
+            .map(|r| Owned {
+                id: r.id,
+                data: r.data.to_vec(),
+                n_tokens: r.n_tokens,
+            })
+            .collect()
+    }
+}
+
+impl ForeignLoadGen for Delivery {
+    fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        self.send(Call::Answers(Self::own(responses)));
+    }
+    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        self.send(Call::FirstTokens(Self::own(responses)));
+    }
+    fn failed(&self, reason: &str) {
+        self.out.failed(reason);
+    }
+}
+
 struct Tracker {
     out: Arc<dyn ForeignLoadGen>,
     /// The outstanding ids; `None` when a failure ends the process.
     outstanding: Option<Mutex<IdSet>>,
+    /// Runs with token latencies: first tokens before answers.
+    tokens: Option<FirstTokens>,
     failed: AtomicBool,
     failure: OnceLock<String>,
 }
@@ -100,6 +250,55 @@ impl Tracker {
                 .map(|&id| QuerySampleResponse::new(id, &[]))
                 .collect();
             self.out.samples_complete(&responses);
+        }
+    }
+
+    /// Outstanding samples' first tokens, to the LoadGen as the token rule
+    /// lets them.
+    fn first_tokens(&self, responses: &[QuerySampleResponse<'_>]) {
+        let Some(tokens) = &self.tokens else {
+            return self.out.first_tokens_complete(responses);
+        };
+        let sorted = tokens.first_tokens(responses.iter().map(|r| r.id));
+        self.pass(responses, &sorted.pass, |r| {
+            self.out.first_tokens_complete(r)
+        });
+    }
+
+    /// Outstanding samples' answers, to the LoadGen as the token rule lets
+    /// them; an answer that needed its first token first fails the run.
+    fn answers(&self, responses: &[QuerySampleResponse<'_>]) {
+        let Some(tokens) = &self.tokens else {
+            return self.out.samples_complete(responses);
+        };
+        let sorted = tokens.answers(responses.iter().map(|r| r.id));
+        self.pass(responses, &sorted.pass, |r| self.out.samples_complete(r));
+        if let Some(id) = sorted.refused.first() {
+            self.abort(format!(
+                "the answer for response id {id} came before its first token: the official \
+                 LoadGen records a first token before its sample's answer in this scenario"
+            ));
+            // Tracked (the process goes on): completed empty like every
+            // other outstanding sample of a failed run, so that the test ends.
+            if self.outstanding.is_some() {
+                self.complete_empty(&sorted.refused);
+            }
+        }
+    }
+
+    /// Hands `responses[i]` for each `i` of `pass` to `to`: the slice as it
+    /// is when all pass.
+    fn pass(
+        &self,
+        responses: &[QuerySampleResponse<'_>],
+        pass: &[usize],
+        to: impl Fn(&[QuerySampleResponse<'_>]),
+    ) {
+        if pass.len() == responses.len() {
+            to(responses);
+        } else if !pass.is_empty() {
+            let some: Vec<QuerySampleResponse<'_>> = pass.iter().map(|&i| responses[i]).collect();
+            to(&some);
         }
     }
 
@@ -130,14 +329,14 @@ impl CompletionSink for Tracker {
             }
         }
         match known {
-            None => self.out.samples_complete(responses),
+            None => self.answers(responses),
             Some(v) => {
                 tracing::warn!(
                     "{} answer(s) for samples not outstanding were dropped",
                     responses.len() - v.len()
                 );
                 if !v.is_empty() {
-                    self.out.samples_complete(&v);
+                    self.answers(&v);
                 }
             }
         }
@@ -145,11 +344,11 @@ impl CompletionSink for Tracker {
 
     fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         let Some(set) = self.lock() else {
-            return self.out.first_tokens_complete(responses);
+            return self.first_tokens(responses);
         };
         if responses.iter().all(|r| set.contains(&r.id)) {
             drop(set);
-            self.out.first_tokens_complete(responses);
+            self.first_tokens(responses);
             return;
         }
         let known: Vec<QuerySampleResponse<'_>> = responses
@@ -159,7 +358,7 @@ impl CompletionSink for Tracker {
             .collect();
         drop(set);
         if !known.is_empty() {
-            self.out.first_tokens_complete(&known);
+            self.first_tokens(&known);
         }
     }
 
@@ -198,6 +397,7 @@ impl ForeignSut {
         let tracker = Arc::new(Tracker {
             out,
             outstanding,
+            tokens: None,
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
         });
@@ -207,6 +407,35 @@ impl ForeignSut {
             tracker,
             completer,
         }
+    }
+
+    /// For a run with token latencies, before its first sample: every call
+    /// to the foreign LoadGen is made from one delivery thread, in order, and
+    /// each sample's first token passes before its answer; `required`
+    /// (every scenario but Offline): an answer whose first token has not
+    /// come fails the run (see the module's documentation).
+    pub fn with_first_tokens(self, required: bool) -> std::io::Result<Self> {
+        let Self {
+            qdl,
+            tracker,
+            completer,
+        } = self;
+        drop(completer);
+        let old = Arc::try_unwrap(tracker)
+            .map_err(|_| std::io::Error::other("first tokens ordered after the run started"))?;
+        let tracker = Arc::new(Tracker {
+            out: Arc::new(Delivery::start(old.out)?),
+            outstanding: old.outstanding,
+            tokens: Some(FirstTokens::new(required)),
+            failed: old.failed,
+            failure: old.failure,
+        });
+        let completer = Completer::to_sink(tracker.clone());
+        Ok(Self {
+            qdl,
+            tracker,
+            completer,
+        })
     }
 
     /// `Name()`: a round trip to every node (see [`Qdl`]'s `name`).
@@ -287,6 +516,7 @@ mod tests {
         let t = Tracker {
             out: rec.clone(),
             outstanding: Some(Mutex::new(ids.into_iter().collect())),
+            tokens: None,
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
         };
@@ -359,6 +589,7 @@ mod tests {
         let t = Tracker {
             out: out.clone(),
             outstanding: None,
+            tokens: None,
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
         };
@@ -369,5 +600,124 @@ mod tests {
         assert_eq!(*out.0.completed.lock().unwrap(), vec![vec![(4, 2)]]);
         assert_eq!(*out.0.first_tokens.lock().unwrap(), vec![5]);
         assert_eq!(*out.1.lock().unwrap(), vec!["node gone".to_string()]);
+    }
+
+    #[test]
+    fn the_token_rule_passes_first_tokens_once_and_answers_after_them() {
+        let rule = FirstTokens::new(true);
+        // First tokens of 1 and 2; 1 again is dropped.
+        assert_eq!(
+            rule.first_tokens([1, 2, 1].into_iter()),
+            Sorted {
+                pass: vec![0, 1],
+                refused: vec![]
+            }
+        );
+        // 2 and 1 answered after their first tokens; 3 had none.
+        assert_eq!(
+            rule.answers([2, 3, 1].into_iter()),
+            Sorted {
+                pass: vec![0, 2],
+                refused: vec![3]
+            }
+        );
+        assert!(rule.lock().is_empty());
+        // Offline: an answer without a first token passes as it is.
+        let optional = FirstTokens::new(false);
+        assert_eq!(
+            optional.answers([7].into_iter()),
+            Sorted {
+                pass: vec![0],
+                refused: vec![]
+            }
+        );
+    }
+
+    /// Records every call with the thread that made it.
+    #[derive(Default)]
+    struct Threads(Mutex<Vec<(&'static str, u64, std::thread::ThreadId)>>);
+
+    impl ForeignLoadGen for Threads {
+        fn samples_complete(&self, r: &[QuerySampleResponse<'_>]) {
+            let t = std::thread::current().id();
+            self.0
+                .lock()
+                .unwrap()
+                .extend(r.iter().map(|r| ("answer", r.id, t)));
+        }
+        fn first_tokens_complete(&self, r: &[QuerySampleResponse<'_>]) {
+            let t = std::thread::current().id();
+            self.0
+                .lock()
+                .unwrap()
+                .extend(r.iter().map(|r| ("first", r.id, t)));
+        }
+    }
+
+    #[test]
+    fn first_tokens_and_answers_from_two_threads_reach_the_loadgen_from_one_in_order() {
+        let rec = Arc::new(Threads::default());
+        let t = Arc::new(Tracker {
+            out: Arc::new(Delivery::start(rec.clone()).unwrap()),
+            outstanding: Some(Mutex::new([1, 2].into_iter().collect())),
+            tokens: Some(FirstTokens::new(true)),
+            failed: AtomicBool::new(false),
+            failure: OnceLock::new(),
+        });
+        // Each sample's first token on one thread, its answer on another,
+        // one after the other, as the QDL's receive tasks may make them.
+        for id in [1u64, 2] {
+            let a = t.clone();
+            std::thread::spawn(move || {
+                a.first_token_complete(&[QuerySampleResponse::new(id, b"t")])
+            })
+            .join()
+            .unwrap();
+            let b = t.clone();
+            std::thread::spawn(move || {
+                b.query_samples_complete(&[QuerySampleResponse {
+                    id,
+                    data: b"answer",
+                    n_tokens: 4,
+                }])
+            })
+            .join()
+            .unwrap();
+        }
+        // A first token after its answer never reaches the LoadGen.
+        t.first_token_complete(&[QuerySampleResponse::new(1, b"t")]);
+        let calls = loop {
+            let calls = rec.0.lock().unwrap().clone();
+            if calls.len() >= 4 {
+                break calls;
+            }
+            std::thread::yield_now();
+        };
+        let order: Vec<(&str, u64)> = calls.iter().map(|&(k, id, _)| (k, id)).collect();
+        assert_eq!(
+            order,
+            vec![("first", 1), ("answer", 1), ("first", 2), ("answer", 2)]
+        );
+        assert!(calls.iter().all(|c| c.2 == calls[0].2));
+        assert_ne!(calls[0].2, std::thread::current().id());
+        assert!(t.failure.get().is_none());
+    }
+
+    #[test]
+    fn an_answer_before_its_first_token_fails_the_run_and_is_completed_empty() {
+        let (rec, mut t) = tracker([1, 2]);
+        t.tokens = Some(FirstTokens::new(true));
+        t.first_token_complete(&[QuerySampleResponse::new(1, b"t")]);
+        t.query_samples_complete(&[
+            QuerySampleResponse::new(1, b"ab"),
+            QuerySampleResponse::new(2, b"cd"),
+        ]);
+        assert!(t.failure.get().is_some_and(|f| f.contains("response id 2")));
+        assert_eq!(*rec.first_tokens.lock().unwrap(), vec![1]);
+        // 1 with its answer; 2 only as a failed run's empty completion.
+        assert_eq!(
+            *rec.completed.lock().unwrap(),
+            vec![vec![(1, 2)], vec![(2, 0)]]
+        );
     }
 }

@@ -838,3 +838,83 @@ fn an_official_run_whose_disk_fills_ends_at_once_marked_failed() {
 fn the_official_engine_refuses_an_llm_session_with_a_node_that_answers_without_tokens() {
     tests::an_llm_session_without_tokens_is_refused("official");
 }
+
+/// llama3.1-8b's synthetic node (a first token, then the answer, in two
+/// messages) and one official run of `scenario` and `mode` against it: the
+/// run ends by itself, and its detail log holds no error of a first token
+/// recorded after its sample's answer, or an answer before its first token.
+fn official_llm_run_records_first_tokens_first(scenario: &str, mode: &str, sets: &[&str]) {
+    let node = SutNode::start(
+        &format!("official-order-{scenario}"),
+        &[
+            "--benchmark",
+            "llama3.1-8b",
+            "--service-time",
+            "batch:0+20",
+            "--max-batch-size",
+            "64",
+        ],
+    );
+    let out = scratch(&format!("official-order-{scenario}"));
+    let out_s = out.display().to_string();
+    let mut args = vec![
+        "--engine",
+        "official",
+        "--sut",
+        &node.addr,
+        "--model",
+        "llama3.1-8b",
+        "--scenario",
+        scenario,
+        "--mode",
+        mode,
+        "--sample-bytes",
+        "64",
+        "--total-sample-count",
+        "3000",
+        "--performance-sample-count",
+        "3000",
+        "--no-trace",
+        "--output-dir",
+        &out_s,
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let o = loadgen(&args);
+    assert!(
+        o.status.success(),
+        "{scenario} {mode}: {:?}\n{}",
+        o.status,
+        text(&o.stderr)
+    );
+    let detail = std::fs::read_to_string(out.join("mlperf_log_detail.txt")).unwrap();
+    for e in [
+        "Attempted to record token latency after sample was completed",
+        "Attempted to record a sample latency before it's first token latency",
+    ] {
+        assert!(!detail.contains(e), "{scenario} {mode}: {e}");
+    }
+    assert!(
+        !detail.contains("error_runtime"),
+        "{scenario} {mode}: {detail}"
+    );
+}
+
+#[test]
+fn an_llm_offline_accuracy_run_records_every_first_token_before_its_answer() {
+    official_llm_run_records_first_tokens_first("Offline", "AccuracyOnly", &[]);
+}
+
+#[test]
+fn an_llm_server_performance_run_records_every_first_token_before_its_answer() {
+    official_llm_run_records_first_tokens_first(
+        "Server",
+        "PerformanceOnly",
+        &[
+            "target_qps=500",
+            "min_duration=3000",
+            "min_query_count=1500",
+        ],
+    );
+}

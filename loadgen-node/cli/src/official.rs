@@ -26,7 +26,7 @@ use qdl::{ForeignLoadGen, ForeignSut};
 use crate::budget::{DiskWatch, RESERVE_FILE};
 use crate::exit::Exit;
 use crate::observe::Observers;
-use crate::plan::{RunPlan, UserConf};
+use crate::plan::{RunPlan, SutPlan, UserConf};
 use crate::progress::{Progress, Target};
 use crate::system::System;
 
@@ -303,7 +303,17 @@ pub fn run(plan: &RunPlan) -> Result<Exit> {
             };
             // A failure ends the process (`OfficialLoadGen::failed`):
             // nothing to drain, so no set of outstanding ids.
-            let sut = ForeignSut::ending_the_process(*qdl, Arc::new(official));
+            let mut sut = ForeignSut::ending_the_process(*qdl, Arc::new(official));
+            // The official LoadGen records first tokens and answers in the
+            // order its calling threads' log buffers are read, not in the
+            // order of the calls: in token runs, one thread makes them all.
+            if matches!(&plan.sut, SutPlan::Network(n) if n.qdl.token_latencies) {
+                sut = sut
+                    .with_first_tokens(plan.test.scenario != Scenario::Offline)
+                    .context(
+                        "cannot start the thread that hands answers to the official LoadGen",
+                    )?;
+            }
             Harness {
                 sut: Some(sut),
                 qsl,

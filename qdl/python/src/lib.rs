@@ -368,6 +368,11 @@ impl PyQdl {
             mode,
             answer_compression_refused: compression.err(),
         };
+        // The official LoadGen records calls in the order its calling
+        // threads' log buffers are read: in token runs, one thread hands it
+        // every first token and answer (every scenario but Offline needs a
+        // sample's first token before its answer).
+        let first_tokens = config.token_latencies.then(|| config.scenario != "Offline");
         let loadgen = Arc::new(PythonLoadGen::import(py)?);
         let samples = Arc::new(Samples::default());
         let data = samples.clone();
@@ -375,8 +380,14 @@ impl PyQdl {
             .detach(move || Qdl::connect(config, data))
             .map_err(connect_error)?;
         let node_names = qdl.node_names();
+        let mut sut = ForeignSut::new(qdl, loadgen);
+        if let Some(required) = first_tokens {
+            sut = sut
+                .with_first_tokens(required)
+                .map_err(|e| config_error(format!("cannot start the delivery thread: {e}")))?;
+        }
         Ok(Self {
-            sut: RwLock::new(Some(ForeignSut::new(qdl, loadgen))),
+            sut: RwLock::new(Some(sut)),
             samples,
             input_codec: codec,
             node_names,
