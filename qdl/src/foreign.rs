@@ -41,7 +41,7 @@ pub trait ForeignLoadGen: Send + Sync {
     fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]);
     /// Hands first tokens to the foreign LoadGen (`FirstTokenComplete`),
     /// before their samples' answers.
-    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]);
+    fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]);
     /// The run failed (called once, after the outstanding samples were
     /// completed, if they are tracked). The official LoadGen goes on issuing
     /// until its minimum duration and query count are met whatever happens;
@@ -181,7 +181,7 @@ impl Delivery {
                         })
                         .collect();
                     match first {
-                        true => inner.first_tokens_complete(&responses),
+                        true => inner.first_token_complete(&responses),
                         false => inner.samples_complete(&responses),
                     }
                 }
@@ -215,7 +215,7 @@ impl ForeignLoadGen for Delivery {
     fn samples_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         self.send(Call::Answers(Self::own(responses)));
     }
-    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+    fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         self.send(Call::FirstTokens(Self::own(responses)));
     }
     fn failed(&self, reason: &str) {
@@ -257,11 +257,11 @@ impl Tracker {
     /// lets them.
     fn first_tokens(&self, responses: &[QuerySampleResponse<'_>]) {
         let Some(tokens) = &self.tokens else {
-            return self.out.first_tokens_complete(responses);
+            return self.out.first_token_complete(responses);
         };
         let sorted = tokens.first_tokens(responses.iter().map(|r| r.id));
         self.pass(responses, &sorted.pass, |r| {
-            self.out.first_tokens_complete(r)
+            self.out.first_token_complete(r)
         });
     }
 
@@ -503,7 +503,7 @@ mod tests {
             let call = responses.iter().map(|r| (r.id, r.data.len())).collect();
             self.completed.lock().unwrap().push(call);
         }
-        fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+        fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
             self.first_tokens
                 .lock()
                 .unwrap()
@@ -578,8 +578,8 @@ mod tests {
             fn samples_complete(&self, r: &[QuerySampleResponse<'_>]) {
                 self.0.samples_complete(r)
             }
-            fn first_tokens_complete(&self, r: &[QuerySampleResponse<'_>]) {
-                self.0.first_tokens_complete(r)
+            fn first_token_complete(&self, r: &[QuerySampleResponse<'_>]) {
+                self.0.first_token_complete(r)
             }
             fn failed(&self, reason: &str) {
                 self.1.lock().unwrap().push(reason.to_string());
@@ -645,7 +645,7 @@ mod tests {
                 .unwrap()
                 .extend(r.iter().map(|r| ("answer", r.id, t)));
         }
-        fn first_tokens_complete(&self, r: &[QuerySampleResponse<'_>]) {
+        fn first_token_complete(&self, r: &[QuerySampleResponse<'_>]) {
             let t = std::thread::current().id();
             self.0
                 .lock()

@@ -4,7 +4,7 @@
 // points at) sees one mlperf::QueryDispatchLibrary and one
 // mlperf::QuerySampleLibrary; both forward every call to loadgen-node's Rust
 // code through the function pointers of `lgn_callbacks`. The Rust QDL calls
-// lgn_samples_complete / lgn_first_tokens_complete from its network threads.
+// lgn_samples_complete / lgn_first_token_complete from its network threads.
 
 #include <cstdint>
 #include <cstring>
@@ -231,7 +231,7 @@ void lgn_samples_complete(const lgn_response* responses, size_t count) {
       count);
 }
 
-void lgn_first_tokens_complete(const lgn_response* responses, size_t count) {
+void lgn_first_token_complete(const lgn_response* responses, size_t count) {
   mlperf::FirstTokenComplete(reinterpret_cast<mlperf::QuerySampleResponse*>(
                                  const_cast<lgn_response*>(responses)),
                              count);

@@ -73,7 +73,7 @@ extern "C" {
         len: usize,
     ) -> c_int;
     fn lgn_samples_complete(responses: *const Response, count: usize);
-    fn lgn_first_tokens_complete(responses: *const Response, count: usize);
+    fn lgn_first_token_complete(responses: *const Response, count: usize);
     fn lgn_loadgen_version() -> *const c_char;
 }
 
@@ -128,10 +128,10 @@ impl ForeignLoadGen for OfficialLoadGen {
         unsafe { lgn_samples_complete(c.as_ptr(), c.len()) }
     }
 
-    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+    fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         let c = to_c(responses);
         // SAFETY: as above.
-        unsafe { lgn_first_tokens_complete(c.as_ptr(), c.len()) }
+        unsafe { lgn_first_token_complete(c.as_ptr(), c.len()) }
     }
 
     fn failed(&self, reason: &str) {

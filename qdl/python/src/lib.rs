@@ -110,7 +110,7 @@ impl ForeignLoadGen for PythonLoadGen {
         self.call(&self.samples_complete, responses);
     }
 
-    fn first_tokens_complete(&self, responses: &[QuerySampleResponse<'_>]) {
+    fn first_token_complete(&self, responses: &[QuerySampleResponse<'_>]) {
         self.call(&self.first_token_complete, responses);
     }
 }
