@@ -214,30 +214,14 @@ impl ConfigFile {
         scenario: Scenario,
         memory: Option<u64>,
     ) -> Result<(), ConfigError> {
-        let mut errors = match self.check_values("*", scenario, memory) {
-            Ok(()) => Vec::new(),
-            Err(ConfigError::Invalid { errors, .. }) => errors,
-            Err(e) => vec![e],
-        };
-        for &(name, accepted) in AUDIT_CHECKED {
-            if let Some((key, e)) = self.lookup("*", scenario.as_str(), name) {
-                if !accepted.holds(&e.value, memory) {
-                    errors.push(ConfigError::OutOfRange {
-                        file: self.name.clone(),
-                        line: e.line,
-                        key,
-                        value: e.value.clone(),
-                        name,
-                        accepted: accepted.describe(&e.value, memory),
-                    });
-                }
-            }
-        }
-        errors.sort_by_key(|e| match e {
-            ConfigError::OutOfRange { line, .. } => *line,
-            _ => 0,
-        });
-        self.errors_or_ok(errors)
+        let mut errors = self.value_errors("*", scenario, memory);
+        let scope = scenario.as_str();
+        errors.extend(
+            AUDIT_CHECKED.iter().filter_map(|&(name, accepted)| {
+                self.out_of_range("*", scope, name, accepted, memory)
+            }),
+        );
+        self.errors_by_line(errors)
     }
 
     /// Checks the values that `apply` would use for `model` run as
@@ -250,25 +234,50 @@ impl ConfigFile {
         scenario: Scenario,
         memory: Option<u64>,
     ) -> Result<(), ConfigError> {
-        let mut errors = Vec::new();
-        for &(name, only, accepted) in CHECKED {
-            if only.is_some_and(|s| s != scenario) {
-                continue;
-            }
-            let scope = only.unwrap_or(scenario).as_str();
-            if let Some((key, e)) = self.lookup(model, scope, name) {
-                if !accepted.holds(&e.value, memory) {
-                    errors.push(ConfigError::OutOfRange {
-                        file: self.name.clone(),
-                        line: e.line,
-                        key,
-                        value: e.value.clone(),
-                        name,
-                        accepted: accepted.describe(&e.value, memory),
-                    });
-                }
-            }
-        }
+        let errors = self.value_errors(model, scenario, memory);
+        self.errors_by_line(errors)
+    }
+
+    /// The out-of-range values among [`CHECKED`]'s for `model` in `scenario`.
+    fn value_errors(
+        &self,
+        model: &str,
+        scenario: Scenario,
+        memory: Option<u64>,
+    ) -> Vec<ConfigError> {
+        CHECKED
+            .iter()
+            .filter(|(_, only, _)| only.is_none_or(|s| s == scenario))
+            .filter_map(|&(name, only, accepted)| {
+                let scope = only.unwrap_or(scenario).as_str();
+                self.out_of_range(model, scope, name, accepted, memory)
+            })
+            .collect()
+    }
+
+    /// The error of setting `name` as `model` in `scope` would use, if its
+    /// value is not `accepted`.
+    fn out_of_range(
+        &self,
+        model: &str,
+        scope: &str,
+        name: &'static str,
+        accepted: Accepted,
+        memory: Option<u64>,
+    ) -> Option<ConfigError> {
+        let (key, e) = self.lookup(model, scope, name)?;
+        (!accepted.holds(&e.value, memory)).then(|| ConfigError::OutOfRange {
+            file: self.name.clone(),
+            line: e.line,
+            key,
+            value: e.value.clone(),
+            name,
+            accepted: accepted.describe(&e.value, memory),
+        })
+    }
+
+    /// `errors`, in the order of their lines, as one error (none: Ok).
+    fn errors_by_line(&self, mut errors: Vec<ConfigError>) -> Result<(), ConfigError> {
         errors.sort_by_key(|e| match e {
             ConfigError::OutOfRange { line, .. } => *line,
             _ => 0,
