@@ -327,24 +327,16 @@ impl<R: BufRead> LogReader<R> {
     /// Reads a data string whole (up to `MAX_DLRM_ANSWER` bytes), then
     /// compares it with DLRMv3's synthetic answer of `input`.
     fn compare_whole(&mut self, input: &[u8]) -> Result<Option<String>, VerifyError> {
-        let (mut hex_ok, mut too_long) = (true, false);
-        let mut nibble: Option<u8> = None;
+        let mut too_long = false;
+        let mut hex = Hex::default();
         let mut got = Vec::new();
         self.string_pieces(|piece| {
-            for &c in piece {
-                let v = HEX_VALUE[c as usize];
-                if v > 15 {
-                    hex_ok = false;
-                    continue;
-                }
-                match nibble.take() {
-                    None => nibble = Some(v),
-                    Some(_) if got.len() >= MAX_DLRM_ANSWER => too_long = true,
-                    Some(high) => got.push(high << 4 | v),
-                }
-            }
+            hex.decode(piece, |b| match got.len() >= MAX_DLRM_ANSWER {
+                true => too_long = true,
+                false => got.push(b),
+            })
         })?;
-        Ok(if !hex_ok || nibble.is_some() {
+        Ok(if !hex.whole() {
             Some("data is not hexadecimal".into())
         } else if too_long {
             Some(format!(
@@ -372,8 +364,8 @@ impl<R: BufRead> LogReader<R> {
             return self.compare_whole(&input);
         }
         let mut expected = facts::synthetic::AnswerStream::new(&input);
-        let (mut hex_ok, mut same) = (true, true);
-        let mut nibble: Option<u8> = None;
+        let mut same = true;
+        let mut hex = Hex::default();
         let (mut got, mut want) = (Vec::with_capacity(1 << 15), vec![0u8; 1 << 15]);
         // A buffer of the reader may hold more than `want`: compared a
         // window at a time.
@@ -386,27 +378,48 @@ impl<R: BufRead> LogReader<R> {
             got.clear();
         };
         self.string_pieces(|piece| {
-            for &c in piece {
-                let v = HEX_VALUE[c as usize];
-                if v > 15 {
-                    hex_ok = false;
-                    continue;
-                }
-                match nibble.take() {
-                    None => nibble = Some(v),
-                    Some(high) => got.push(high << 4 | v),
-                }
-            }
+            hex.decode(piece, |b| got.push(b));
             if got.len() >= 1 << 14 {
                 compare(&mut got);
             }
         })?;
         compare(&mut got);
-        Ok(match (hex_ok && nibble.is_none(), same) {
+        Ok(match (hex.whole(), same) {
             (false, _) => Some("data is not hexadecimal".into()),
             (true, false) => Some("the answer is not that of this sample's data".into()),
             (true, true) => None,
         })
+    }
+}
+
+/// Hexadecimal text decoded piece by piece, as a data string arrives.
+#[derive(Default)]
+struct Hex {
+    /// The high half of a byte whose low half is still to come.
+    nibble: Option<u8>,
+    /// A character that is no hexadecimal digit was seen.
+    bad: bool,
+}
+
+impl Hex {
+    /// Hands each whole byte of `piece` (and the half before it) to `out`.
+    fn decode(&mut self, piece: &[u8], mut out: impl FnMut(u8)) {
+        for &c in piece {
+            let v = HEX_VALUE[c as usize];
+            if v > 15 {
+                self.bad = true;
+                continue;
+            }
+            match self.nibble.take() {
+                None => self.nibble = Some(v),
+                Some(high) => out(high << 4 | v),
+            }
+        }
+    }
+
+    /// Whether the text was hexadecimal, of whole bytes.
+    fn whole(&self) -> bool {
+        !self.bad && self.nibble.is_none()
     }
 }
 
