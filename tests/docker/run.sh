@@ -389,8 +389,9 @@ test_delay() {
     new_project delay
     export SCENARIO=Server NODE_TIMEOUT=10
     # Arrivals every 0.5 ms: a connection's turn comes round faster than a
-    # delayed sample comes back.
-    export LOADGEN_ARGS="$data --set target_qps=2000 --set min_duration=2000 --set min_query_count=100"
+    # delayed sample comes back. The latency bound is loose (the shares are
+    # what is measured): four containers on a 2-core CI host miss 15 ms.
+    export LOADGEN_ARGS="$data --set target_qps=2000 --set min_duration=2000 --set min_query_count=100 --set target_latency=5000"
     nodes_up
     local base slow applied
     base=$(delay_run baseline)

@@ -8,19 +8,18 @@
 //!
 //! The per-connection budget keeps one client from taking the node's whole
 //! budget, and names the connection for the batcher. When the node's budget
-//! is spent, the connections that wait for it take it one at a time, the
-//! one holding least of its share first (`Budget::take_fairly`): a client
-//! whose few small inputs are all it holds does not wait behind one input of
-//! every client that holds its whole share.
+//! is spent, the connections that wait for it are served fairly by bytes
+//! ([`NodeBudget`]): a client whose few small inputs are all it holds does
+//! not wait behind inputs of other clients charged at the message limit.
 //!
 //! Runs in each stream's reader task (taking shares, waiting for them) and
 //! on the batcher's worker thread (giving them back once samples have run);
-//! it touches only the budgets' semaphores and their waiting lists.
+//! it touches only the budgets and their waiting lists.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -36,36 +35,12 @@ fn total_units(bytes: usize) -> usize {
     bytes.div_ceil(UNIT).max(1)
 }
 
-/// A budget of decoded bytes: a semaphore counted in KiB.
+/// A budget of decoded bytes: a semaphore counted in KiB, first come, first
+/// served (one connection's streams, or the node's unfinished messages).
 #[derive(Debug)]
 pub(crate) struct Budget {
     units: Arc<Semaphore>,
     total: usize,
-    /// Who waits for units next (see `take_fairly`).
-    gate: Arc<Mutex<Gate>>,
-}
-
-/// The waiters of `Budget::take_fairly`: one waits on the semaphore, the
-/// others in order of what they hold.
-#[derive(Debug, Default)]
-struct Gate {
-    /// One is waiting on the semaphore.
-    busy: bool,
-    /// The others: by units held, then arrival.
-    waiting: BTreeMap<(usize, u64), oneshot::Sender<()>>,
-    arrivals: u64,
-}
-
-impl Gate {
-    /// The semaphore to the next waiter (one that gave up passes it on).
-    fn pass(&mut self) {
-        while let Some((_, next)) = self.waiting.pop_first() {
-            if next.send(()).is_ok() {
-                return;
-            }
-        }
-        self.busy = false;
-    }
 }
 
 impl Budget {
@@ -74,46 +49,13 @@ impl Budget {
         Self {
             units: Arc::new(Semaphore::new(total)),
             total,
-            gate: Arc::default(),
         }
     }
 
     /// Units held now.
-    pub(crate) fn held(&self) -> usize {
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.total.saturating_sub(self.units.available_permits())
-    }
-
-    /// `units` of the budget, for a connection that holds `held` of its
-    /// share: waiters take the semaphore's units one at a time, the one that
-    /// holds least first (first come, first served among equals). `None` if
-    /// the budget is closed.
-    pub(crate) async fn take_fairly(
-        &self,
-        held: usize,
-        units: u32,
-    ) -> Option<OwnedSemaphorePermit> {
-        let mut turn = GateTurn {
-            gate: Arc::clone(&self.gate),
-            rx: None,
-        };
-        {
-            let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-            if gate.busy {
-                let (tx, rx) = oneshot::channel();
-                gate.arrivals += 1;
-                let arrival = gate.arrivals;
-                gate.waiting.insert((held, arrival), tx);
-                turn.rx = Some(rx);
-            } else {
-                gate.busy = true;
-            }
-        }
-        if let Some(rx) = turn.rx.as_mut() {
-            // The budget is gone if the sender is (the node stopping).
-            rx.await.ok()?;
-            turn.rx = None;
-        }
-        Arc::clone(&self.units).acquire_many_owned(units).await.ok()
     }
 
     /// The units `len` bytes take: at most the whole budget, so that any
@@ -127,26 +69,217 @@ impl Budget {
     }
 }
 
-/// A place at a budget's gate: dropped, it passes the semaphore on (if it
-/// had it, or was given it while it gave up waiting).
-struct GateTurn {
-    gate: Arc<Mutex<Gate>>,
-    /// Set while waiting for the semaphore.
-    rx: Option<oneshot::Receiver<()>>,
+/// The node's budget of decoded bytes, shared by every connection and given
+/// out fairly once spent.
+///
+/// Each waiting request is stamped on arrival with the units its connection
+/// will have been given once it is served, counted from the later of its
+/// connection's previous stamp and the start of the latest grant (fair
+/// queueing by bytes, as the decode pool gives its turns). The request with
+/// the lowest stamp is served once all its units are free, and nobody
+/// behind it before. No waiter sits on units it cannot use yet (as a
+/// waiter parked on a semaphore would, taking each unit given back), so a
+/// request charged at the message limit does not keep the small inputs of
+/// other connections waiting while its units come back one by one; nor do
+/// they starve it: its turn comes once they have been given as many bytes.
+#[derive(Debug)]
+pub(crate) struct NodeBudget {
+    pool: Arc<Mutex<Pool>>,
+    total: usize,
 }
 
-impl Drop for GateTurn {
-    fn drop(&mut self) {
-        if let Some(mut rx) = self.rx.take() {
-            // Closed first: it cannot be given the semaphore after the check.
-            rx.close();
-            if rx.try_recv().is_err() {
+#[derive(Debug)]
+struct Pool {
+    free: usize,
+    /// The waiting requests, by stamp, then arrival: the first goes next.
+    waiting: BTreeMap<(u64, u64), Request>,
+    /// Each connection's latest stamp, while it is later than `now`.
+    stamps: HashMap<u64, u64>,
+    /// Where the latest grant started: a connection that waited for nothing
+    /// starts there (idle time earns no credit).
+    now: u64,
+    arrivals: u64,
+}
+
+#[derive(Debug)]
+struct Request {
+    start: u64,
+    units: usize,
+    grant: oneshot::Sender<Share>,
+}
+
+fn lock(pool: &Mutex<Pool>) -> MutexGuard<'_, Pool> {
+    pool.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Pool {
+    /// The free units to the first waiters, for as long as the first fits.
+    fn serve(&mut self, pool: &Arc<Mutex<Pool>>) {
+        while let Some(first) = self.waiting.first_entry() {
+            if first.get().units > self.free {
                 return;
             }
+            let request = first.remove();
+            self.free -= request.units;
+            self.now = self.now.max(request.start);
+            let now = self.now;
+            self.stamps.retain(|_, stamp| *stamp > now);
+            let share = Share {
+                pool: Arc::clone(pool),
+                units: request.units,
+            };
+            if let Err(mut unsent) = request.grant.send(share) {
+                // Its waiter has gone: the units stay free (taken back here,
+                // so that dropping the share does not lock the pool again).
+                self.free += std::mem::take(&mut unsent.units);
+            }
         }
-        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        gate.pass();
     }
+}
+
+impl NodeBudget {
+    pub(crate) fn new(bytes: usize) -> Self {
+        let total = total_units(bytes);
+        Self {
+            pool: Arc::new(Mutex::new(Pool {
+                free: total,
+                waiting: BTreeMap::new(),
+                stamps: HashMap::new(),
+                now: 0,
+                arrivals: 0,
+            })),
+            total,
+        }
+    }
+
+    /// Units held now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.total.saturating_sub(lock(&self.pool).free)
+    }
+
+    /// The units `len` bytes take: at most the whole budget, so that any
+    /// input the limits accept can run, alone if need be.
+    pub(crate) fn units(&self, len: usize) -> usize {
+        len.div_ceil(UNIT).clamp(1, self.total)
+    }
+
+    /// `units` at once, if they are free and nobody waits for any.
+    pub(crate) fn try_take(&self, units: usize) -> Option<Share> {
+        let mut pool = lock(&self.pool);
+        if !pool.waiting.is_empty() || pool.free < units {
+            return None;
+        }
+        pool.free -= units;
+        Some(Share {
+            pool: Arc::clone(&self.pool),
+            units,
+        })
+    }
+
+    /// `units` for connection `conn`, in its fair turn (see [`NodeBudget`]).
+    /// `None` only if the budget has gone.
+    pub(crate) async fn take(&self, conn: u64, units: usize) -> Option<Share> {
+        let (tx, rx) = oneshot::channel();
+        let key = {
+            let mut pool = lock(&self.pool);
+            let start = pool.stamps.get(&conn).copied().unwrap_or(0).max(pool.now);
+            let stamp = start.saturating_add(units as u64);
+            pool.stamps.insert(conn, stamp);
+            pool.arrivals += 1;
+            let key = (stamp, pool.arrivals);
+            let request = Request {
+                start,
+                units,
+                grant: tx,
+            };
+            pool.waiting.insert(key, request);
+            // It may be first, and fit.
+            pool.serve(&self.pool);
+            key
+        };
+        let mut waiting = Waiting {
+            pool: &self.pool,
+            key,
+            rx: Some(rx),
+        };
+        let share = waiting.rx.as_mut()?.await.ok();
+        waiting.rx = None;
+        share
+    }
+}
+
+/// A request waiting for its share: dropped before it is served, it leaves
+/// the queue (and those behind it may go).
+struct Waiting<'a> {
+    pool: &'a Arc<Mutex<Pool>>,
+    key: (u64, u64),
+    rx: Option<oneshot::Receiver<Share>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let Some(rx) = self.rx.take() else {
+            return;
+        };
+        {
+            let mut pool = lock(self.pool);
+            if pool.waiting.remove(&self.key).is_some() {
+                pool.serve(self.pool);
+            }
+        }
+        // A share granted meanwhile goes back as `rx` drops, the pool unlocked.
+        drop(rx);
+    }
+}
+
+/// Units of the node's budget, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Share {
+    pool: Arc<Mutex<Pool>>,
+    units: usize,
+}
+
+impl Share {
+    /// Units held.
+    #[cfg(test)]
+    fn units(&self) -> usize {
+        self.units
+    }
+
+    /// Gives back what it holds beyond `units`. (An input never decodes to
+    /// more than its bound, so there is never less.)
+    pub(crate) fn shrink(&mut self, units: usize) {
+        let excess = self.units.saturating_sub(units);
+        if excess > 0 {
+            self.units -= excess;
+            give_back(&self.pool, excess);
+        }
+    }
+
+    /// Adds `other`'s units to these; `other` back if it is a share of
+    /// another budget.
+    fn merge(&mut self, mut other: Share) -> Result<(), Share> {
+        if !Arc::ptr_eq(&self.pool, &other.pool) {
+            return Err(other);
+        }
+        self.units += std::mem::take(&mut other.units);
+        Ok(())
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if self.units > 0 {
+            give_back(&self.pool, self.units);
+        }
+    }
+}
+
+fn give_back(pool: &Arc<Mutex<Pool>>, units: usize) {
+    let mut p = lock(pool);
+    p.free += units;
+    p.serve(pool);
 }
 
 /// One connection's share: its budget and its number (the batcher's key).
@@ -204,33 +337,37 @@ impl Connections {
 }
 
 /// A sample's shares: its connection's and the node's.
-pub(crate) type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+pub(crate) type Permits = (OwnedSemaphorePermit, Share);
 
-/// Both budgets' units at once, if both have them now.
-pub(crate) fn try_budget(own: &Budget, node: &Budget, mine: u32, all: u32) -> Option<Permits> {
-    let own = Arc::clone(own.semaphore())
+/// Both budgets' units at once, if both have them now (and nobody waits
+/// for the node's).
+pub(crate) fn try_budget(
+    connection: &Connection,
+    node: &NodeBudget,
+    mine: u32,
+    all: usize,
+) -> Option<Permits> {
+    let own = Arc::clone(connection.budget.semaphore())
         .try_acquire_many_owned(mine)
         .ok()?;
-    let shared = Arc::clone(node.semaphore())
-        .try_acquire_many_owned(all)
-        .ok()?;
+    let shared = node.try_take(all)?;
     Some((own, shared))
 }
 
 /// Both budgets' units, waiting for them: the connection's first, so that a
 /// connection over its share does not hold any of the node's meanwhile; then
-/// the node's, those that hold least of their shares first.
+/// the node's, in the connection's fair turn.
 pub(crate) async fn wait_budget(
-    own: &Budget,
-    node: &Budget,
+    connection: &Connection,
+    node: &NodeBudget,
     mine: u32,
-    all: u32,
+    all: usize,
 ) -> Option<Permits> {
-    let mine = Arc::clone(own.semaphore())
+    let mine = Arc::clone(connection.budget.semaphore())
         .acquire_many_owned(mine)
         .await
         .ok()?;
-    let shared = node.take_fairly(own.held(), all).await?;
+    let shared = node.take(connection.id, all).await?;
     Some((mine, shared))
 }
 
@@ -244,11 +381,11 @@ pub(crate) fn shrink(permit: &mut OwnedSemaphorePermit, units: u32) {
 }
 
 /// The shares of the budgets that samples held until they ran, merged per
-/// budget until given back: a release takes the semaphore's lock, so it is
+/// budget until given back: a release takes the budget's lock, so it is
 /// paid once per group of batches rather than once per sample.
 #[derive(Default)]
 pub(crate) struct HeldBudgets {
-    node: Option<OwnedSemaphorePermit>,
+    node: Option<Share>,
     /// One per connection (a group holds samples of a few).
     connections: Vec<OwnedSemaphorePermit>,
 }
@@ -257,9 +394,14 @@ impl HeldBudgets {
     /// Keeps one sample's shares until `give_back`.
     pub(crate) fn keep(&mut self, (own, shared): Permits) {
         match &mut self.node {
-            Some(all) if Arc::ptr_eq(all.semaphore(), shared.semaphore()) => all.merge(shared),
-            // (Dropping the previous share gives it back.)
-            _ => self.node = Some(shared),
+            Some(all) => {
+                // (A share of another budget replaces it: dropping the
+                // previous one gives it back.)
+                if let Err(other) = all.merge(shared) {
+                    self.node = Some(other);
+                }
+            }
+            None => self.node = Some(shared),
         }
         match self
             .connections
@@ -271,7 +413,7 @@ impl HeldBudgets {
         }
     }
 
-    /// Gives every share back (dropping a permit frees its units).
+    /// Gives every share back (dropping a share frees its units).
     pub(crate) fn give_back(&mut self) {
         self.node = None;
         self.connections.clear();
@@ -302,36 +444,95 @@ mod tests {
     }
 
     #[test]
-    fn a_spent_budget_goes_first_to_the_waiter_that_holds_least() {
-        let budget = Budget::new(8 * UNIT);
-        let mut all = poll_once(&mut Box::pin(budget.take_fairly(0, 8)))
-            .unwrap()
-            .unwrap();
-        // Waiting, in this order: two that hold much, then one that holds
-        // little; and one that gives up.
-        let mut heavy_a = Box::pin(budget.take_fairly(100, 4));
-        let mut heavy_b = Box::pin(budget.take_fairly(100, 4));
-        let mut gives_up = Box::pin(budget.take_fairly(0, 1));
-        let mut light = Box::pin(budget.take_fairly(1, 1));
-        for waiting in [&mut heavy_a, &mut heavy_b, &mut gives_up, &mut light] {
-            assert!(poll_once(waiting).is_none());
-        }
-        drop(gives_up);
-        // Units come back one at a time: the first waiter (heavy_a, on the
-        // semaphore) needs four; once it has them, the light one goes next.
-        for _ in 0..3 {
-            drop(all.split(1));
-            assert!(poll_once(&mut heavy_a).is_none());
-        }
-        drop(all.split(1));
-        let a = poll_once(&mut heavy_a).unwrap().unwrap();
-        drop(all.split(1));
-        let l = poll_once(&mut light).unwrap().unwrap();
-        assert_eq!((a.num_permits(), l.num_permits()), (4, 1));
-        assert!(poll_once(&mut heavy_b).is_none());
-        drop((all, a, l));
-        assert_eq!(poll_once(&mut heavy_b).unwrap().unwrap().num_permits(), 4);
+    fn a_request_at_the_limit_does_not_hold_back_small_ones_as_units_come_back() {
+        let budget = NodeBudget::new(100 * UNIT);
+        assert_eq!(
+            budget.units(1 << 30),
+            100,
+            "a huge input takes the whole budget"
+        );
+        let mut all = budget.try_take(100).unwrap();
+        // Connection 1 waits for the whole budget (an input charged at the
+        // message limit), then connection 2 for one unit.
+        let mut large = Box::pin(budget.take(1, 100));
+        let mut small = Box::pin(budget.take(2, 1));
+        assert!(poll_once(&mut large).is_none());
+        assert!(poll_once(&mut small).is_none());
+        // Nobody takes units past a waiter, even when they are free.
+        all.shrink(99);
+        assert!(budget.try_take(1).is_none());
+        // The one unit given back goes to the small request.
+        let s = poll_once(&mut small).unwrap().unwrap();
+        assert_eq!(s.units(), 1);
+        assert!(poll_once(&mut large).is_none());
+        drop(all);
+        assert!(poll_once(&mut large).is_none(), "one unit is still held");
+        drop(s);
+        assert_eq!(poll_once(&mut large).unwrap().unwrap().units(), 100);
         assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn a_large_request_is_served_once_the_others_have_had_as_many_bytes() {
+        let budget = NodeBudget::new(10 * UNIT);
+        let hold = budget.try_take(9).unwrap();
+        let mut large = Box::pin(budget.take(1, 10));
+        assert!(poll_once(&mut large).is_none());
+        // The free unit goes to connection 2, again and again, until it has
+        // been given as many bytes as connection 1 waits for.
+        for _ in 0..9 {
+            let s = poll_once(&mut Box::pin(budget.take(2, 1)))
+                .unwrap()
+                .unwrap();
+            drop(s);
+        }
+        let mut tenth = Box::pin(budget.take(2, 1));
+        assert!(poll_once(&mut tenth).is_none(), "it is connection 1's turn");
+        drop(hold);
+        let l = poll_once(&mut large).unwrap().unwrap();
+        assert!(poll_once(&mut tenth).is_none());
+        drop(l);
+        assert_eq!(poll_once(&mut tenth).unwrap().unwrap().units(), 1);
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn a_waiter_that_gives_up_lets_those_behind_it_go_and_holds_nothing() {
+        let budget = NodeBudget::new(10 * UNIT);
+        let all = budget.try_take(10).unwrap();
+        let mut first = Box::pin(budget.take(1, 8));
+        let mut second = Box::pin(budget.take(2, 9));
+        assert!(poll_once(&mut first).is_none());
+        assert!(poll_once(&mut second).is_none());
+        drop(all);
+        // First was served (its share sent), but gives up before taking it.
+        drop(first);
+        assert_eq!(budget.held(), 9, "its share came back, and went on");
+        assert_eq!(poll_once(&mut second).unwrap().unwrap().units(), 9);
+        // One that gives up while it waits leaves the queue.
+        let all = budget.try_take(10).unwrap();
+        let mut gives_up = Box::pin(budget.take(3, 10));
+        let mut behind = Box::pin(budget.take(4, 10));
+        assert!(poll_once(&mut gives_up).is_none());
+        assert!(poll_once(&mut behind).is_none());
+        drop(all);
+        drop(gives_up);
+        assert_eq!(poll_once(&mut behind).unwrap().unwrap().units(), 10);
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn shares_merge_per_budget_and_go_back_when_dropped() {
+        let (node, other) = (NodeBudget::new(10 * UNIT), NodeBudget::new(10 * UNIT));
+        let mut a = node.try_take(3).unwrap();
+        a.merge(node.try_take(2).unwrap()).unwrap();
+        assert_eq!(a.units(), 5);
+        let foreign = a.merge(other.try_take(4).unwrap()).unwrap_err();
+        assert_eq!((a.units(), foreign.units()), (5, 4));
+        a.shrink(1);
+        assert_eq!((node.held(), other.held()), (1, 4));
+        drop((a, foreign));
+        assert_eq!((node.held(), other.held()), (0, 0));
     }
 
     #[test]

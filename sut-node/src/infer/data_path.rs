@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::batch::{batch_runner, Job};
-use super::budget::{Budget, Connections};
+use super::budget::{Budget, Connections, NodeBudget};
 use super::decode_pool::DecodePool;
 use crate::backend::Backend;
 use crate::batcher::Batcher;
@@ -23,7 +23,7 @@ pub(crate) struct DataPath {
     pub(crate) stop: tokio::sync::watch::Receiver<bool>,
     /// The decoded-bytes budget of the samples received and not yet run,
     /// those being decoded included (`Limits::max_decoded_bytes`).
-    pub(crate) decoded: Budget,
+    pub(crate) decoded: NodeBudget,
     /// The bytes the streams hold of messages still arriving, beyond a
     /// small free part each (`budget::Unfinished`): a budget of its own, as
     /// large as the decoded one.
@@ -59,7 +59,7 @@ impl DataPath {
             outstanding,
             batcher,
             stop,
-            decoded: Budget::new(limits.max_decoded_bytes),
+            decoded: NodeBudget::new(limits.max_decoded_bytes),
             unfinished: Budget::new(limits.max_decoded_bytes),
             connections: Connections::new(limits.max_decoded_bytes_per_connection),
             decoding: Arc::new(DecodePool::new(decoding_turns)),

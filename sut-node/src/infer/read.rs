@@ -92,7 +92,7 @@ pub(super) async fn read_samples<S, E>(
                     let bound = codec::input_bound(codec, &payload, max_input);
                     let mine = connection.budget.units(bound);
                     let all = node.decoded.units(bound);
-                    let budget = match try_budget(&connection.budget, &node.decoded, mine, all) {
+                    let budget = match try_budget(&connection, &node.decoded, mine, all) {
                         Some(b) => b,
                         None => {
                             // What this stream holds goes to the batcher
@@ -104,7 +104,7 @@ pub(super) async fn read_samples<S, E>(
                             if !submit(&mut chunk, &reply, &connection, &node, &mut stop).await {
                                 break 'read;
                             }
-                            let wait = wait_budget(&connection.budget, &node.decoded, mine, all);
+                            let wait = wait_budget(&connection, &node.decoded, mine, all);
                             let budget = tokio::select! {
                                 biased;
                                 _ = stopped(&mut stop) => break 'read,
@@ -228,7 +228,7 @@ fn place(
         }
     };
     shrink(&mut own, connection.budget.units(input.len()));
-    shrink(&mut shared, node.decoded.units(input.len()));
+    shared.shrink(node.decoded.units(input.len()));
     chunk.push(Job {
         id,
         input,
