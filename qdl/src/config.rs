@@ -199,9 +199,9 @@ pub struct QdlConfig {
     /// mutual TLS. QUIC and `grpcs://` nodes need it; with it, `grpc://`
     /// nodes use TLS too.
     pub tls: Option<ClientTls>,
-    /// Threads of the QDL's network runtime (1 to [`MAX_IO_THREADS`]);
+    /// Threads of the QDL's network runtime (1 to [`MAX_QDL_THREADS`]);
     /// `None`: sized to the host ([`Sizing`]).
-    pub io_threads: Option<usize>,
+    pub qdl_threads: Option<usize>,
     /// Samples one connection may have sent and not yet had answered; the
     /// rest wait in its queue. Bounds the work under way when inputs are
     /// small, where the node's flow-control windows (sized in bytes) would
@@ -237,7 +237,7 @@ pub fn run_mode(loadgen_name: &str) -> Option<RunMode> {
 /// The most network threads a QDL starts: far more than any host's cores,
 /// and few enough that a mistyped count is refused rather than starting
 /// threads until the process runs out of them.
-pub const MAX_IO_THREADS: usize = 1024;
+pub const MAX_QDL_THREADS: usize = 1024;
 
 /// Most connections per node the sizing opens: one node seldom needs more
 /// streams than this to fill its link, and each costs the node a session.
@@ -248,7 +248,7 @@ pub const MAX_SIZED_CONNECTIONS_PER_NODE: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sizing {
     /// Threads of the QDL's network runtime.
-    pub io_threads: usize,
+    pub qdl_threads: usize,
     /// Connections (each with its own Infer stream) per node.
     pub connections_per_node: usize,
     /// The cores and nodes the threads were sized to; `None`: given.
@@ -286,7 +286,7 @@ impl Sizing {
         let threads =
             given_threads.unwrap_or_else(|| spare.max(cores.min(2)).min(nodes * connections));
         Self {
-            io_threads: threads,
+            qdl_threads: threads,
             connections_per_node: connections,
             threads_sized_to: given_threads.is_none().then_some((cores, nodes)),
             connections_sized_to: given_connections.is_none().then_some((cores, nodes)),
@@ -319,7 +319,7 @@ impl Default for QdlConfig {
             connect_timeout: Duration::from_secs(10),
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             tls: None,
-            io_threads: None,
+            qdl_threads: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             token_latencies: false,
             mode: RunMode::Unspecified,
@@ -345,7 +345,11 @@ impl QdlConfig {
 
     /// The threads and connections per node this configuration runs with.
     pub fn sizing(&self) -> Sizing {
-        Sizing::here(self.nodes.len(), self.io_threads, self.connections_per_node)
+        Sizing::here(
+            self.nodes.len(),
+            self.qdl_threads,
+            self.connections_per_node,
+        )
     }
 
     pub(crate) fn validate(&self) -> Result<(), QdlError> {
@@ -357,11 +361,11 @@ impl QdlConfig {
             return bad("connections_per_node must be at least 1".into());
         }
         if let Some(threads) = self
-            .io_threads
-            .filter(|t| !(1..=MAX_IO_THREADS).contains(t))
+            .qdl_threads
+            .filter(|t| !(1..=MAX_QDL_THREADS).contains(t))
         {
             return bad(format!(
-                "io_threads must be 1 to {MAX_IO_THREADS}, not {threads}"
+                "qdl_threads must be 1 to {MAX_QDL_THREADS}, not {threads}"
             ));
         }
         if self.node_timeout.is_zero()
@@ -477,7 +481,7 @@ mod tests {
     fn sizing_leaves_a_core_to_the_loadgen_and_spreads_the_rest() {
         let sized = |cores, nodes| {
             let s = Sizing::for_host(cores, nodes, None, None);
-            (s.io_threads, s.connections_per_node)
+            (s.qdl_threads, s.connections_per_node)
         };
         // Two threads wherever there are two cores.
         assert_eq!(sized(1, 1), (1, 2));
@@ -501,16 +505,16 @@ mod tests {
     fn sizing_keeps_what_is_given() {
         // Given threads get enough connections to keep them busy.
         let s = Sizing::for_host(2, 1, Some(8), None);
-        assert_eq!((s.io_threads, s.connections_per_node), (8, 8));
+        assert_eq!((s.qdl_threads, s.connections_per_node), (8, 8));
         assert_eq!(
             (s.threads_sized_to, s.connections_sized_to),
             (None, Some((2, 1)))
         );
         // Given connections bound the threads.
         let s = Sizing::for_host(16, 2, None, Some(1));
-        assert_eq!((s.io_threads, s.connections_per_node), (2, 1));
+        assert_eq!((s.qdl_threads, s.connections_per_node), (2, 1));
         let s = Sizing::for_host(16, 2, Some(3), Some(5));
-        assert_eq!((s.io_threads, s.connections_per_node), (3, 5));
+        assert_eq!((s.qdl_threads, s.connections_per_node), (3, 5));
         assert_eq!((s.threads_sized_to, s.connections_sized_to), (None, None));
     }
 
@@ -543,16 +547,16 @@ mod tests {
             ..ok.clone()
         };
         assert!(zero.validate().is_err());
-        for threads in [0, MAX_IO_THREADS + 1] {
+        for threads in [0, MAX_QDL_THREADS + 1] {
             let e = QdlConfig {
-                io_threads: Some(threads),
+                qdl_threads: Some(threads),
                 ..ok.clone()
             }
             .validate()
             .unwrap_err()
             .to_string();
             assert!(
-                e.contains(&format!("io_threads must be 1 to 1024, not {threads}")),
+                e.contains(&format!("qdl_threads must be 1 to 1024, not {threads}")),
                 "{e}"
             );
         }

@@ -79,7 +79,7 @@ mod watchdog;
 
 pub use config::{
     run_mode, NodeAddr, QdlConfig, Sizing, Transport, DEFAULT_MAX_ANSWER_BYTES,
-    DEFAULT_MAX_IN_FLIGHT, MAX_IO_THREADS, MAX_SIZED_CONNECTIONS_PER_NODE,
+    DEFAULT_MAX_IN_FLIGHT, MAX_QDL_THREADS, MAX_SIZED_CONNECTIONS_PER_NODE,
 };
 pub use conn::Counters;
 pub use discover::{find_nodes, NodeList};

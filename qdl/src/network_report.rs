@@ -92,7 +92,7 @@ pub(crate) fn facts(run: &Run<'_>) -> Vec<(String, String)> {
             "network_qdl_threads",
             format!(
                 "{} ({})",
-                run.sizing.io_threads,
+                run.sizing.qdl_threads,
                 chosen(run.sizing.threads_sized_to)
             ),
         ),

@@ -124,7 +124,7 @@ impl Qdl {
         let sizing = config.sizing();
         let io = IoRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(sizing.io_threads)
+                .worker_threads(sizing.qdl_threads)
                 .thread_name("qdl-io")
                 .enable_all()
                 .build()

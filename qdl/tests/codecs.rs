@@ -104,7 +104,7 @@ fn compressed_samples_and_answers_cross_intact() {
     );
     assert_eq!(
         f["network_qdl_threads"],
-        format!("{} ({to})", sized.io_threads)
+        format!("{} ({to})", sized.qdl_threads)
     );
     assert_eq!(f["network_bytes_sent"], t.bytes_sent.to_string());
     assert_eq!(f["network_bytes_received"], t.bytes_received.to_string());

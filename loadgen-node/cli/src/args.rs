@@ -273,7 +273,7 @@ pub struct RunArgs {
     /// at least 2 (on a host of 2 cores or more), and no more than the
     /// connections].
     #[arg(long, value_name = "N",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=qdl::MAX_IO_THREADS as u64))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=qdl::MAX_QDL_THREADS as u64))]
     pub qdl_threads: Option<usize>,
 
     /// Samples one connection may have sent and not yet had answered; the

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use loadgen_cli::args::RunArgs;
 use loadgen_cli::audit::{audit, AuditArgs};
+use loadgen_cli::check_synthetic::{check_synthetic, CheckSyntheticArgs};
 use loadgen_cli::compare::CompareArgs;
 use loadgen_cli::engines::run;
 use loadgen_cli::exit::Exit;
@@ -17,7 +18,6 @@ use loadgen_cli::preflight::{preflight, PreflightArgs};
 use loadgen_cli::submission::{submission, SubmissionArgs};
 use loadgen_cli::suite::SuiteArgs;
 use loadgen_cli::sweep::SweepArgs;
-use loadgen_cli::verify::{check_synthetic, CheckSyntheticArgs};
 
 /// Run an MLPerf Inference benchmark from this LoadGen node.
 ///

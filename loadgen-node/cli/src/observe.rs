@@ -9,10 +9,10 @@ use anyhow::Result;
 use loadgen_engine::live::LiveStats;
 use qdl::{Qdl, QdlView};
 
+use crate::check_synthetic;
 use crate::exit::Exit;
 use crate::otlp::RunTrace;
 use crate::plan::{RunPlan, SutPlan};
-use crate::verify;
 
 /// The run's observers, from before the test starts to after it ends.
 pub(crate) struct Observers {
@@ -72,7 +72,7 @@ impl Observers {
         if let SutPlan::Network(net) = &plan.sut {
             if net.verify_synthetic {
                 let log = plan.output.dir.join("mlperf_log_accuracy.json");
-                let layout = verify::Layout::of(&plan.test.model);
+                let layout = check_synthetic::Layout::of(&plan.test.model);
                 if !verify_synthetic(&log, &net.data, layout)? {
                     return Ok(Exit::SyntheticMismatch);
                 }
@@ -87,9 +87,9 @@ impl Observers {
 fn verify_synthetic(
     accuracy_log: &Path,
     data: &crate::qsl::DataSource,
-    layout: verify::Layout,
+    layout: check_synthetic::Layout,
 ) -> Result<bool> {
-    let verdict = verify::check(accuracy_log, data, layout)?;
+    let verdict = check_synthetic::check(accuracy_log, data, layout)?;
     if verdict.passed() {
         println!(
             "synthetic accuracy check: all {} logged answers match their samples",
@@ -102,6 +102,6 @@ fn verify_synthetic(
         verdict.mismatches.len(),
         verdict.checked
     );
-    verify::print_mismatches(&verdict);
+    check_synthetic::print_mismatches(&verdict);
     Ok(false)
 }

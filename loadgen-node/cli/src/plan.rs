@@ -583,7 +583,7 @@ fn network_plan(
         max_answer_bytes: args
             .max_answer_bytes
             .unwrap_or_else(|| default_max_answer_bytes(model)),
-        io_threads: args.qdl_threads,
+        qdl_threads: args.qdl_threads,
         max_in_flight: args.max_in_flight,
         token_latencies,
         mode,

@@ -205,8 +205,9 @@ fn connect_error(e: QdlError) -> PyErr {
 ///         trip, may take.
 ///     max_answer_bytes: the largest answer accepted, once decoded; `None`:
 ///         the benchmark's largest (1 GiB for a model outside the suite).
-///     io_threads: threads of the network runtime; `None` sizes them to the
-///         host.
+///     qdl_threads: threads of the network runtime (`--qdl-threads`); `None`
+///         sizes them to the host. `io_threads`, its former name, is
+///         accepted too.
 ///     max_in_flight: samples one connection may have sent and not yet had
 ///         answered (at least 1).
 ///     token_latencies: judge the run on token latencies (each answer with
@@ -283,6 +284,7 @@ impl PyQdl {
         progress_timeout = 120.0,
         connect_timeout = 10.0,
         max_answer_bytes = None,
+        qdl_threads = None,
         io_threads = None,
         max_in_flight = qdl::DEFAULT_MAX_IN_FLIGHT,
         token_latencies = None,
@@ -308,6 +310,7 @@ impl PyQdl {
         progress_timeout: f64,
         connect_timeout: f64,
         max_answer_bytes: Option<usize>,
+        qdl_threads: Option<usize>,
         io_threads: Option<usize>,
         max_in_flight: u64,
         token_latencies: Option<bool>,
@@ -332,6 +335,14 @@ impl PyQdl {
             )));
         }
         let mode = mode.map(run_mode).transpose()?.unwrap_or_default();
+        let qdl_threads = match (qdl_threads, io_threads) {
+            (Some(_), Some(_)) => {
+                return Err(config_error(
+                    "qdl_threads and io_threads (its former name) are both given",
+                ))
+            }
+            (given, former) => given.or(former),
+        };
         let model_name = model.clone();
         let found = node_list(nodes)?;
         let config = QdlConfig {
@@ -361,7 +372,7 @@ impl PyQdl {
                 tls_client_cert,
                 tls_client_key,
             )?,
-            io_threads,
+            qdl_threads,
             max_in_flight: max_in_flight.max(1),
             token_latencies: token_latencies
                 .unwrap_or_else(|| facts::benchmarks::find(&model_name).is_some_and(|b| b.llm)),
