@@ -51,7 +51,7 @@ fi
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(full-offline full-server full-quic stop disconnect pause delay restart)
 
-tmp=$(mktemp -d /tmp/mlpn-docker.XXXXXX)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mlpn-docker.XXXXXX")
 chmod 0755 "$tmp"
 # Each test runs compose projects named mlpn-...-PID; whatever they leave is
 # removed after each test, and again on exit.

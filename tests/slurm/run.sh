@@ -27,7 +27,7 @@ done
 echo "slurm test: $(slurmctld -V), $(munged -V 2>&1 | head -1)"
 cargo build -p sut-node -p loadgen-cli --bins
 
-work=$(mktemp -d /tmp/mlpn-slurm.XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mlpn-slurm.XXXXXX")
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
