@@ -61,7 +61,10 @@ fn the_breakdown_shows_each_nodes_compute_and_leaves_the_logs_alone() {
     // sleep only overshoots)...
     let compute = ms(&slow["node_compute"]["p50"]);
     assert!((1.96..20.0).contains(&compute), "slow compute {compute} ms");
-    assert!(ms(&fast["node_compute"]["p99"]) < 1.0, "{file}");
+    // The fast node computes nothing: its median is far below (its tail
+    // is one preemption of a busy host's, about 100 samples' p99 being
+    // their maximum).
+    assert!(ms(&fast["node_compute"]["p50"]) < 1.0, "{file}");
     // ...inside the QDL's total, and the rest is wire and QDL.
     let total = ms(&slow["total"]["p50"]);
     assert!(total > compute, "total {total} <= compute {compute}");
