@@ -180,6 +180,8 @@ impl NodeBudget {
     /// `units` for connection `conn`, in its fair turn (see [`NodeBudget`]).
     /// `None` only if the budget has gone.
     pub(crate) async fn take(&self, conn: u64, units: usize) -> Option<Share> {
+        // More than the whole budget would never be served.
+        let units = units.min(self.total);
         let (tx, rx) = oneshot::channel();
         let key = {
             let mut pool = lock(&self.pool);
