@@ -179,6 +179,8 @@ fn refused_connection(e: &QdlError) -> bool {
         "connection reset",
         "connection closed",
         "broken pipe",
+        // An HTTP/2 GOAWAY without an error: a node closing gracefully.
+        "connection error received: not a result of an error",
     ]
     .iter()
     .any(|m| reason.contains(m))
@@ -432,6 +434,12 @@ mod tests {
                 "StartSession",
                 "Cancelled: operation was canceled (transport error: operation was canceled: \
                  connection closed)",
+            ),
+            // A node closing gracefully as the request went out.
+            rpc(
+                "StartSession",
+                "Internal: h2 protocol error: http2 error (transport error: http2 error: \
+                 connection error received: not a result of an error)",
             ),
         ] {
             assert!(refused_connection(&refused), "{refused}");

@@ -393,7 +393,7 @@ where
                 Err(why) => {
                     refused.warn(&format!("gRPC connection from {peer} refused: {why}"));
                     if plain_http2 {
-                        tell_refused(tcp, &why, &telling);
+                        tell_refused(tcp, &why, &telling, TELLING_TIME);
                     }
                     continue;
                 }
@@ -435,10 +435,14 @@ const TELLING_TIME: Duration = Duration::from_secs(1);
 /// Requests of a refused client answered, at most.
 const MAX_TOLD_REQUESTS: usize = 4;
 
-/// Tells a refused gRPC client why: its first requests are answered with
-/// RESOURCE_EXHAUSTED and the reason (which its error then shows), then the
-/// connection is closed; after [`TELLING_TIME`] at the most.
-fn tell_refused(tcp: TcpStream, why: &str, telling: &Arc<Semaphore>) {
+/// Tells a refused gRPC client why: each of its first requests is answered
+/// with RESOURCE_EXHAUSTED and the reason (which its error then shows), and
+/// the connection stays open until the client goes, [`MAX_TOLD_REQUESTS`]
+/// are answered, or `within` has passed. No GOAWAY goes with an answer: one
+/// that reaches a client between its request and its next check of the
+/// connection fails that request with the GOAWAY (hyper's client does
+/// that), and the reason is lost.
+fn tell_refused(tcp: TcpStream, why: &str, telling: &Arc<Semaphore>, within: Duration) {
     let Ok(turn) = Arc::clone(telling).try_acquire_owned() else {
         return;
     };
@@ -446,15 +450,17 @@ fn tell_refused(tcp: TcpStream, why: &str, telling: &Arc<Semaphore>) {
         tonic::Status::resource_exhausted(format!("sut-node refused the connection: {why}"));
     tokio::spawn(async move {
         let _turn = turn;
-        let _ = tokio::time::timeout(TELLING_TIME, async {
+        let _ = tokio::time::timeout(within, async {
             let mut conn = h2::server::handshake(tcp).await?;
-            for _ in 0..MAX_TOLD_REQUESTS {
-                let Some(request) = conn.accept().await else {
-                    break;
-                };
+            let mut told = 0;
+            while let Some(request) = conn.accept().await {
                 let (_, mut respond) = request?;
                 let _ = respond.send_response(refusal(&status), true);
-                conn.graceful_shutdown();
+                told += 1;
+                if told == MAX_TOLD_REQUESTS {
+                    conn.graceful_shutdown();
+                    break;
+                }
             }
             // Until the client has read the answers and gone.
             std::future::poll_fn(|cx| conn.poll_closed(cx)).await
@@ -817,6 +823,47 @@ mod tests {
         // Each failure starts the wait again.
         r.on_failed(again);
         assert_eq!(r.wait_until(again), Some(again + ACCEPT_RETRY));
+    }
+
+    #[tokio::test]
+    async fn a_refused_client_is_told_why_at_each_request_and_never_sent_away_first() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let telling = Arc::new(Semaphore::new(1));
+            tell_refused(tcp, "full", &telling, Duration::from_secs(60));
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let ask = || {
+            http::Request::post(format!("http://{addr}/sutnode.SutNode/StartSession"))
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap()
+        };
+        for n in 1..=MAX_TOLD_REQUESTS {
+            // Ready again after an answer: no GOAWAY came with it (one
+            // would fail this request, not tell it why).
+            let mut ready = client.clone().ready().await.unwrap_or_else(|e| {
+                panic!("request {n}: the connection was closed after an answer: {e}")
+            });
+            let (answer, _) = ready.send_request(ask(), true).unwrap();
+            let answer = answer.await.unwrap();
+            let status = tonic::Status::from_header_map(answer.headers()).expect("a gRPC status");
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "request {n}");
+            assert!(
+                status
+                    .message()
+                    .contains("sut-node refused the connection: full"),
+                "request {n}: {}",
+                status.message()
+            );
+        }
+        // Then the node closes the connection.
+        let ended = tokio::time::timeout(Duration::from_secs(60), conn).await;
+        assert!(ended.is_ok(), "the connection is still open");
     }
 
     #[tokio::test]
