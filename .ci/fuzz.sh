@@ -5,10 +5,17 @@
 # requests as a node reads and answers them), FUZZ_SECONDS each
 # (default 10). Needs a nightly toolchain and cargo-fuzz; they are installed
 # when missing, and the step is skipped, saying so, where they cannot be.
-# For long runs, see docs/fuzzing.md.
+# With --build-only it stops once the targets are built (.ci/run does that
+# part early, in the background). For long runs, see docs/fuzzing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-10}
+build_only=false
+case "${1:-}" in
+    --build-only) build_only=true ;;
+    "") ;;
+    *) echo "usage: .ci/fuzz.sh [--build-only]" >&2; exit 2 ;;
+esac
 
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     rustup toolchain install nightly --profile minimal >/dev/null 2>&1 || {
@@ -24,6 +31,10 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
 fi
 fuzz=(--fuzz-dir tests/fuzz)
 cargo +nightly fuzz build "${fuzz[@]}"
+if $build_only; then
+    echo "fuzz: every target built"
+    exit 0
+fi
 for target in $(cargo +nightly fuzz list "${fuzz[@]}"); do
     echo "fuzz: $target for ${seconds} s"
     cargo +nightly fuzz run "${fuzz[@]}" "$target" -- -max_total_time="$seconds" -rss_limit_mb=2048

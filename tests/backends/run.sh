@@ -9,12 +9,39 @@
 # where things are; the tests are the ignored tests of
 # tests/tests/backend_NAME.rs, run here with those variables set.
 #
-# Usage: tests/backends/run.sh [NAME...]   (default: onnx llm kserve openai)
+# Usage: tests/backends/run.sh [--setup-only] [NAME...]
+#        (default: onnx llm kserve openai; --setup-only fills the cache and
+#        stops, building and testing nothing: .ci/run does that part early,
+#        in the background)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+setup_only=false
+if [ "${1:-}" = --setup-only ]; then
+    setup_only=true
+    shift
+fi
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(onnx llm kserve openai)
+for name in "${names[@]}"; do
+    [ -f "tests/backends/setup-$name.sh" ] || { echo "backends: no tests/backends/setup-$name.sh" >&2; exit 2; }
+done
+if $setup_only; then
+    failed=()
+    for name in "${names[@]}"; do
+        setup=tests/backends/setup-$name.sh
+        t0=$SECONDS
+        # shellcheck disable=SC1090
+        if (source "$setup"); then
+            echo "backends: $name: set up in $((SECONDS - t0)) s"
+        else
+            echo "backends: $name: set-up FAILED ($((SECONDS - t0)) s)" >&2
+            failed+=("$name")
+        fi
+    done
+    [ ${#failed[@]} -eq 0 ] && exit 0
+    exit 1
+fi
 # The tests drive these binaries; the heavy backends are features of
 # sut-node.
 features=(--features sut-node/llm,sut-node/onnx)
@@ -23,7 +50,6 @@ passed=0
 failed=()
 for name in "${names[@]}"; do
     setup=tests/backends/setup-$name.sh
-    [ -f "$setup" ] || { echo "backends: no $setup" >&2; exit 2; }
     t0=$SECONDS
     echo "backends: $name: setting up ($setup)"
     # A subshell each, so one backend's variables stay with its tests.
