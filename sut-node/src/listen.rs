@@ -438,10 +438,10 @@ const MAX_TOLD_REQUESTS: usize = 4;
 /// Tells a refused gRPC client why: each of its first requests is answered
 /// with RESOURCE_EXHAUSTED and the reason (which its error then shows), and
 /// the connection stays open until the client goes, [`MAX_TOLD_REQUESTS`]
-/// are answered, or `within` has passed. No GOAWAY goes with an answer: one
-/// that reaches a client between its request and its next check of the
-/// connection fails that request with the GOAWAY (hyper's client does
-/// that), and the reason is lost.
+/// are answered, or `within` has passed. No GOAWAY goes with the answers
+/// before the last: one that reaches a client between its request and its
+/// next check of the connection fails that request with the GOAWAY (hyper's
+/// client does that), and the reason is lost.
 fn tell_refused(tcp: TcpStream, why: &str, telling: &Arc<Semaphore>, within: Duration) {
     let Ok(turn) = Arc::clone(telling).try_acquire_owned() else {
         return;
