@@ -131,9 +131,12 @@ fn compare_tells_a_slower_node_from_the_same_build() {
     fn r(v: &[PathBuf]) -> Vec<&PathBuf> {
         v.iter().collect()
     }
+    // Their spread is small enough to make a few tenths of a percent
+    // between two nodes sure: the noise threshold (1 %) keeps that out.
     let (code, out, err) = compare(&r(&base), &r(&again), &[]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(verdict(&out), "WITHIN NOISE", "{out}");
+    assert!(out.contains("beyond 1 % (--noise-threshold)"), "{out}");
     assert!(
         out.contains("the spread of repeated runs (3 base, 3 new)"),
         "{out}"

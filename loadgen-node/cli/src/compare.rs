@@ -37,16 +37,27 @@ pub struct CompareArgs {
     pub force: bool,
 
     /// Exit with status 7 when a metric the scenario is judged by (marked
-    /// `*`) is worse by more than PCT percent beyond its interval (its
-    /// whole interval is past PCT), or a VALID base became INVALID.
+    /// `*`) regressed by more than PCT percent beyond its interval (its
+    /// whole interval is past PCT, and past --noise-threshold), or a VALID
+    /// base became INVALID.
     #[arg(long, value_name = "PCT", value_parser = percent)]
     pub fail_on_regression: Option<f64>,
+
+    /// A change counts (regressed or improved) only when its whole 95 %
+    /// interval lies beyond PCT percent either way: smaller changes, however
+    /// sure, are within noise. Two runs of the same build differ by a few
+    /// tenths of a percent on a shared host.
+    #[arg(long, value_name = "PCT", value_parser = percent, default_value_t = DEFAULT_NOISE_THRESHOLD)]
+    pub noise_threshold: f64,
 
     /// Write an HTML page of the comparison: both sides' latency CDFs
     /// overlaid (and their tails on a log scale), throughput over time.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 }
+
+/// `--noise-threshold`'s default, in percent.
+const DEFAULT_NOISE_THRESHOLD: f64 = 1.0;
 
 fn percent(s: &str) -> Result<f64, String> {
     match s.trim().trim_end_matches('%').parse::<f64>() {
@@ -361,7 +372,7 @@ fn one_run_estimate(run: &RunDir, m: &Metric) -> Option<(Estimate, Method)> {
     intervals::quantile_from_reported(&reported, n, p).map(|e| (e, Method::DetailLog))
 }
 
-fn compare_metric(base: &Side, new: &Side, m: &Metric) -> Option<Row> {
+fn compare_metric(base: &Side, new: &Side, m: &Metric, noise: f64) -> Option<Row> {
     let (bv, nv) = (base.values(&m.key)?, new.values(&m.key)?);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (b, n) = (mean(&bv), mean(&nv));
@@ -385,27 +396,6 @@ fn compare_metric(base: &Side, new: &Side, m: &Metric) -> Option<Row> {
         0.0 => 0.0,
         _ => (n - b) / b * 100.0,
     };
-    let verdict = match interval {
-        None => Verdict::NoInterval,
-        Some(c) => {
-            let worse_is_up = m.better == Better::Lower;
-            if c.lo > 0.0 {
-                if worse_is_up {
-                    Verdict::Regressed
-                } else {
-                    Verdict::Improved
-                }
-            } else if c.hi < 0.0 {
-                if worse_is_up {
-                    Verdict::Improved
-                } else {
-                    Verdict::Regressed
-                }
-            } else {
-                Verdict::WithinNoise
-            }
-        }
-    };
     Some(Row {
         metric: m.clone(),
         base: b,
@@ -413,8 +403,27 @@ fn compare_metric(base: &Side, new: &Side, m: &Metric) -> Option<Row> {
         pct: interval.map_or(pct, |c| c.pct),
         interval,
         methods,
-        verdict,
+        verdict: verdict(interval, m.better, noise),
     })
+}
+
+/// A metric's verdict: regressed or improved when the whole interval of the
+/// change is beyond `noise` percent on that side, within noise otherwise.
+fn verdict(interval: Option<Change>, better: Better, noise: f64) -> Verdict {
+    let Some(c) = interval else {
+        return Verdict::NoInterval;
+    };
+    let (up, down) = match better {
+        Better::Lower => (Verdict::Regressed, Verdict::Improved),
+        Better::Higher => (Verdict::Improved, Verdict::Regressed),
+    };
+    if c.lo > noise {
+        up
+    } else if c.hi < -noise {
+        down
+    } else {
+        Verdict::WithinNoise
+    }
 }
 
 impl Row {
@@ -466,9 +475,22 @@ struct Comparison {
     validity_change: Option<Verdict>,
     verdict: Verdict,
     method: String,
+    /// `--noise-threshold`, in percent.
+    noise: f64,
     nodes: Vec<NodeRow>,
     scenario: String,
     heading: String,
+}
+
+impl Comparison {
+    /// What the table's marks and verdicts mean.
+    fn legend(&self) -> String {
+        format!(
+            "* the metrics the scenario is judged by; a change counts once its whole interval \
+             is beyond {} % (--noise-threshold)",
+            self.noise
+        )
+    }
 }
 
 /// One node's part at one quantile, both sides.
@@ -592,7 +614,7 @@ fn methods_text(rows: &[Row], base: &Side, new: &Side) -> String {
     )
 }
 
-fn compare(base: &Side, new: &Side) -> Comparison {
+fn compare(base: &Side, new: &Side, noise: f64) -> Comparison {
     let first = &base.runs[0];
     let scenario = first
         .text("effective_scenario")
@@ -605,7 +627,7 @@ fn compare(base: &Side, new: &Side) -> Comparison {
         || first.get("result_tokens_per_second").is_some();
     let rows: Vec<Row> = metrics(&scenario, p, tokens)
         .iter()
-        .filter_map(|m| compare_metric(base, new, m))
+        .filter_map(|m| compare_metric(base, new, m, noise))
         .collect();
     let (bv, nv) = (
         base.valid_count() == base.runs.len(),
@@ -652,6 +674,7 @@ fn compare(base: &Side, new: &Side) -> Comparison {
     };
     Comparison {
         method: methods_text(&rows, base, new),
+        noise,
         rows,
         validity: (base.validity(), new.validity()),
         validity_change,
@@ -734,7 +757,7 @@ fn print(c: &Comparison) -> String {
         "",
         c.validity_change.map_or("same", |v| v.text())
     );
-    out.push_str("  (* the metrics the scenario is judged by)\n");
+    let _ = writeln!(out, "  ({})", c.legend());
     let _ = writeln!(out, "\nverdict: {}", verdict_line(c));
     if !c.nodes.is_empty() {
         let _ = writeln!(
@@ -855,6 +878,7 @@ fn report_data(c: &Comparison, base: &Side, new: &Side) -> Value {
     json!({
         "heading": c.heading,
         "method": c.method,
+        "legend": c.legend(),
         "verdict": verdict_line(c),
         "verdict_word": c.verdict.text(),
         "scenario": c.scenario,
@@ -947,7 +971,7 @@ pub fn run(args: &CompareArgs) -> Result<Exit> {
         }
         eprintln!("loadgen-node: warning: comparing runs of other settings (--force):\n{text}");
     }
-    let c = compare(&base, &new);
+    let c = compare(&base, &new, args.noise_threshold);
     for line in print(&c).lines() {
         println!("{}", line.trim_end());
     }
@@ -961,7 +985,7 @@ pub fn run(args: &CompareArgs) -> Result<Exit> {
     let failing: Vec<String> = c
         .rows
         .iter()
-        .filter(|r| r.metric.judged)
+        .filter(|r| r.metric.judged && r.verdict == Verdict::Regressed)
         .filter_map(|r| {
             let w = r.worse_beyond_interval()?;
             (w > limit).then(|| format!("{} is worse by {w:.1} % at least", r.metric.label))
@@ -1033,7 +1057,7 @@ mod tests {
         let base = Side::read("base", std::slice::from_ref(&run)).unwrap();
         let new = Side::read("new", std::slice::from_ref(&run)).unwrap();
         assert!(base.runs[0].samples.is_none());
-        let c = compare(&base, &new);
+        let c = compare(&base, &new, DEFAULT_NOISE_THRESHOLD);
         // Judged by p99 alone, which has an interval.
         assert_eq!(c.verdict, Verdict::WithinNoise, "{}", print(&c));
         let p99 = &c.rows[0];
@@ -1047,6 +1071,33 @@ mod tests {
         let text = print(&c);
         assert!(text.contains("detail log's reported percentiles"), "{text}");
         assert!(text.contains("* p99 latency (ms)"), "{text}");
+    }
+
+    #[test]
+    fn a_change_counts_once_its_whole_interval_is_past_the_noise_threshold() {
+        let change = |lo, hi| {
+            Some(Change {
+                pct: (lo + hi) / 2.0,
+                lo,
+                hi,
+            })
+        };
+        // Two runs of the same build on a shared host: sure, and tiny.
+        let tiny = change(-0.4, -0.01);
+        assert_eq!(verdict(tiny, Better::Higher, 0.0), Verdict::Regressed);
+        assert_eq!(verdict(tiny, Better::Higher, 1.0), Verdict::WithinNoise);
+        // Past the threshold at both ends, either way.
+        let slower = change(-11.5, -6.6);
+        assert_eq!(verdict(slower, Better::Higher, 1.0), Verdict::Regressed);
+        assert_eq!(verdict(slower, Better::Lower, 1.0), Verdict::Improved);
+        let up = change(6.6, 11.5);
+        assert_eq!(verdict(up, Better::Lower, 1.0), Verdict::Regressed);
+        // An interval that reaches into the threshold is noise.
+        assert_eq!(
+            verdict(change(0.5, 3.0), Better::Lower, 1.0),
+            Verdict::WithinNoise
+        );
+        assert_eq!(verdict(None, Better::Lower, 1.0), Verdict::NoInterval);
     }
 
     #[test]
@@ -1108,7 +1159,7 @@ mod tests {
         token_run(&b);
         let base = Side::read("base", &[a.to_path_buf()]).unwrap();
         let new = Side::read("new", &[b.to_path_buf()]).unwrap();
-        let c = compare(&base, &new);
+        let c = compare(&base, &new, DEFAULT_NOISE_THRESHOLD);
         let text = print(&c);
         let judged: Vec<&str> = c
             .rows

@@ -57,9 +57,10 @@ enum Command {
     /// each side (either engine, or the official LoadGen by any harness).
     /// Prints the scenario's metrics with the change and its 95 % interval
     /// (from repeated runs, or from each run's per-sample latencies), a
-    /// verdict (improved, regressed, within noise) and the nodes'
+    /// verdict (improved, regressed, within noise: a change counts once its
+    /// whole interval is past --noise-threshold, 1 %) and the nodes'
     /// breakdowns. Refuses runs of other settings unless --force. Exit
-    /// status 7 with --fail-on-regression PCT when a judged metric is worse
+    /// status 7 with --fail-on-regression PCT when a judged metric regressed
     /// by more than PCT beyond its interval.
     Compare(CompareArgs),
     /// The latency–throughput curve: Server runs at a series of target QPS.
