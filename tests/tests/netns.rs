@@ -965,9 +965,9 @@ fn shape(lab: &Lab, rate: &str, burst: &str) {
 
 /// An Offline ResNet50 run through a link shaped to 1 and 5 Gbit/s fills at
 /// least 90% of it with gRPC and with QUIC (the best of up to three runs),
-/// and the summary's network section reports the rate achieved. A shaped rate above what this host
-/// reaches unshaped (measured first, in the same lab) is no bottleneck: it
-/// is reported and not checked.
+/// and the summary's network section reports the rate achieved. A shaped
+/// rate above what this host reaches unshaped (measured first, in the same
+/// lab) is no bottleneck: it is reported and not checked.
 #[test]
 fn netns_shaped_link_is_filled() {
     run_or_skip("netns_shaped_link_is_filled", || {
