@@ -629,13 +629,20 @@ pub fn files_the_checker_refuses_in_scenario(dir: &Path) -> Vec<String> {
 
 /// What the official submission checker says of a tree whose runs are
 /// shortened (tests cannot wait ten minutes a run, nor for an accuracy run
-/// over a whole data set): its ERROR lines about those, and nothing else.
+/// over a whole data set) and made on a busy host: its ERROR lines about
+/// those, and nothing else.
 pub const SHORT_RUN_COMPLAINTS: &[&str] = &[
     "Test duration less than 600s",
     "accurcy run does not cover all dataset",
     // An audit's own verdict, read from verify_performance.txt: runs of a
     // second on a busy host may land outside its 10 %.
     "Compliance test performance check in",
+    // Server's early-stopping verdict on the benchmark's latency bound (15 ms
+    // for ResNet50, which a tree may not loosen): a run of 700 queries passes
+    // with at most one query past it, and a 2-core host running other tests
+    // beside it can put a dozen there. "Run unsuccessful" is Server's wording
+    // only, so the other scenarios' verdicts still count.
+    "Early stopping condition was not met, msg= * Run unsuccessful.",
 ];
 
 /// The checker's ERROR lines that only sum up the others (a folder whose
