@@ -13,12 +13,23 @@ _mlpn_openai_setup() {
     if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv" || return 1
     fi
-    if ! "$venv/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
+    # llama.cpp is built for a portable CPU, not for the build host's own
+    # (-march=native): on a host with AVX-512 and AMX, 0.3.36's native build
+    # segfaults in llama_decode on a prompt of a few tokens.
+    local cmake_args="-DGGML_NATIVE=OFF"
+    [ "$(uname -m)" != x86_64 ] || cmake_args="$cmake_args -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    local stamp="$venv/mlpn-llama-cpp-build"
+    if ! "$venv/bin/python" -c 'import llama_cpp.server' 2>/dev/null \
+            || [ "$(cat "$stamp" 2>/dev/null)" != "$cmake_args" ]; then
         "$venv/bin/pip" install --quiet --upgrade pip || return 1
-        # llama.cpp is compiled from source here: cmake comes from PyPI when
-        # the system has none. Two build jobs keep a small machine usable.
-        CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-            "$venv/bin/pip" install --quiet 'llama-cpp-python[server]==0.3.36' || return 1
+        # Compiled from source here (cmake comes from PyPI when the system has
+        # none), never from pip's wheel cache, which may hold a build made
+        # with other flags. Two build jobs keep a small machine usable.
+        CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+            "$venv/bin/pip" install --quiet --no-cache-dir --force-reinstall --no-deps \
+            'llama-cpp-python==0.3.36' || return 1
+        "$venv/bin/pip" install --quiet 'llama-cpp-python[server]==0.3.36' || return 1
+        echo "$cmake_args" >"$stamp" || return 1
     fi
     local gguf
     gguf="$(find "$cache/model" -name '*.gguf' 2>/dev/null | head -n 1)"
